@@ -1,0 +1,212 @@
+//! The one API error type: every failure becomes RFC 9457 problem+json.
+//!
+//! Client errors say exactly what is wrong (and which field); server errors
+//! say nothing about internals to the client and are logged with their
+//! cause chain.
+
+use axum::extract::rejection::JsonRejection;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use crate::ledger::{InvalidId, Run};
+use crate::store::StoreError;
+
+/// `Result` of the API layer.
+pub type Result<T, E = ApiError> = std::result::Result<T, E>;
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The request is malformed; `field` names the culprit when known.
+    #[error("{detail}")]
+    Invalid {
+        /// The JSON field or parameter at fault.
+        field: Option<String>,
+        /// What is wrong.
+        detail: String,
+    },
+    /// No valid bearer token.
+    #[error("a valid bearer token is required")]
+    Unauthorized,
+    /// The token lacks the scope the route needs.
+    #[error("this token's scopes do not include {needed}")]
+    Forbidden {
+        /// The scopes that would do, in words.
+        needed: String,
+    },
+    /// Nothing exists at that identity.
+    #[error("{0}")]
+    NotFound(String),
+    /// The caller's lease lost the run.
+    #[error("{why}")]
+    LostOwnership {
+        /// The run as it is now, if it exists.
+        current: Option<Box<Run>>,
+        /// Why.
+        why: String,
+    },
+    /// The same key came with a different payload.
+    #[error("key {key} in namespace {namespace} was first claimed with a different payload")]
+    PayloadConflict {
+        /// The run's namespace.
+        namespace: String,
+        /// The run's key.
+        key: String,
+        /// The hash the run holds.
+        stored_hash: String,
+        /// The hash that was offered.
+        offered_hash: String,
+    },
+    /// The body is larger than the configured limit.
+    #[error("the request body is larger than the {limit}-byte limit")]
+    TooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// The request took longer than the configured timeout.
+    #[error("the request did not finish within {0} ms")]
+    Timeout(u64),
+    /// Something on our side failed.
+    #[error("internal error")]
+    Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl ApiError {
+    /// A 400 about one field.
+    pub fn invalid(field: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self::Invalid {
+            field: Some(field.into()),
+            detail: detail.into(),
+        }
+    }
+
+    fn status(&self) -> StatusCode {
+        match self {
+            Self::Invalid { .. } => StatusCode::BAD_REQUEST,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Forbidden { .. } => StatusCode::FORBIDDEN,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::LostOwnership { .. } => StatusCode::CONFLICT,
+            Self::PayloadConflict { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn slug(&self) -> &'static str {
+        match self {
+            Self::Invalid { .. } => "invalid-request",
+            Self::Unauthorized => "unauthorized",
+            Self::Forbidden { .. } => "forbidden",
+            Self::NotFound(_) => "not-found",
+            Self::LostOwnership { .. } => "lease-lost",
+            Self::PayloadConflict { .. } => "payload-conflict",
+            Self::TooLarge { .. } => "body-too-large",
+            Self::Timeout(_) => "timeout",
+            Self::Internal(_) => "internal",
+        }
+    }
+}
+
+/// An RFC 9457 problem document, with oncegate's extension members.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Problem {
+    /// `urn:oncegate:problem:<slug>`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// A short summary of the problem type.
+    pub title: String,
+    /// The HTTP status.
+    pub status: u16,
+    /// What went wrong with this request.
+    pub detail: String,
+    /// The request field at fault, when one is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// The run's current state (409, 422).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// The run's current fencing version (409).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<i64>,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if let Self::Internal(source) = &self {
+            let mut chain = source.to_string();
+            let mut cause = source.source();
+            while let Some(c) = cause {
+                chain.push_str(": ");
+                chain.push_str(&c.to_string());
+                cause = c.source();
+            }
+            tracing::error!(error = %chain, "request failed");
+        }
+        let (field, state, version) = match &self {
+            Self::Invalid { field, .. } => (field.clone(), None, None),
+            Self::LostOwnership { current, .. } => (
+                None,
+                current.as_ref().map(|r| r.state.to_string()),
+                current.as_ref().map(|r| r.version.get()),
+            ),
+            _ => (None, None, None),
+        };
+        let problem = Problem {
+            kind: format!("urn:oncegate:problem:{}", self.slug()),
+            title: status.canonical_reason().unwrap_or("Error").to_owned(),
+            status: status.as_u16(),
+            detail: self.to_string(),
+            field,
+            state,
+            version,
+        };
+        let mut response = (status, axum::Json(problem)).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if matches!(self, Self::Unauthorized) {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+impl From<InvalidId> for ApiError {
+    fn from(err: InvalidId) -> Self {
+        Self::invalid(err.field, err.to_string())
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::LostOwnership { current, why } => Self::LostOwnership { current, why },
+            other => Self::Internal(Box::new(other)),
+        }
+    }
+}
+
+impl ApiError {
+    /// Maps a JSON body rejection; `limit` is the configured body limit.
+    pub fn from_json_rejection(rejection: JsonRejection, limit: usize) -> Self {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            return Self::TooLarge { limit };
+        }
+        let detail = match &rejection {
+            JsonRejection::MissingJsonContentType(_) => {
+                "the body must be JSON with Content-Type: application/json".to_owned()
+            }
+            other => other.body_text(),
+        };
+        Self::Invalid {
+            field: None,
+            detail,
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! The versioned JSON API (DESIGN.md §1 "api").
+//!
+//! Each resource module owns its request and response types and a
+//! `router()`; [`router`] only merges them and adds the shared layers:
+//! tracing, the body limit, the request timeout. The run's identity always
+//! travels in the JSON body or query string, never in the path, because
+//! keys may hold `/`, `?` or `#`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, FromRequest, MatchedPath, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::Router;
+use serde::de::DeserializeOwned;
+use tower_http::trace::TraceLayer;
+
+use crate::clock::SharedClock;
+use crate::config::Config;
+use crate::ops::Metrics;
+use crate::store::SharedStore;
+
+pub mod auth;
+mod claims;
+pub mod error;
+mod health;
+pub mod openapi;
+pub mod runs;
+
+pub use auth::{Authenticator, Principal};
+pub use error::{ApiError, Problem};
+pub use runs::RunView;
+
+/// What every handler shares.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// The ledger's storage.
+    pub store: SharedStore,
+    /// Known API tokens.
+    pub auth: Arc<Authenticator>,
+    /// Prometheus metrics.
+    pub metrics: Arc<Metrics>,
+    /// The checked configuration.
+    pub config: Arc<Config>,
+    /// The injected clock.
+    pub clock: SharedClock,
+}
+
+/// The whole HTTP application.
+pub fn router(state: AppState) -> Router {
+    let limit = state.config.server.max_body_bytes;
+    Router::new()
+        .merge(claims::router(state.clone()))
+        .merge(runs::router(state.clone()))
+        .merge(health::router())
+        .merge(openapi::router())
+        .layer(middleware::from_fn_with_state(state.clone(), timeout))
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
+            let route = req
+                .extensions()
+                .get::<MatchedPath>()
+                .map_or("unmatched", MatchedPath::as_str);
+            tracing::info_span!("request", method = %req.method(), route)
+        }))
+        .with_state(state)
+}
+
+/// Answers 408 problem+json when a request outlives the configured timeout.
+async fn timeout(
+    State(app): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let ms = app.config.server.request_timeout_ms;
+    tokio::time::timeout(Duration::from_millis(ms), next.run(req))
+        .await
+        .map_err(|_| ApiError::Timeout(ms))
+}
+
+/// A JSON body whose every rejection is a problem+json 400 (or 413).
+#[derive(Debug)]
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(value)) => Ok(Self(value)),
+            Err(rejection) => Err(ApiError::from_json_rejection(
+                rejection,
+                state.config.server.max_body_bytes,
+            )),
+        }
+    }
+}
+
+/// The principal the auth middleware put into the request.
+pub type Caller = axum::Extension<Arc<Principal>>;

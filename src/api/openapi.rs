@@ -1,0 +1,48 @@
+//! The OpenAPI document, generated from the handlers' annotations and
+//! served at `GET /openapi.json`.
+
+use axum::routing::get;
+use axum::{Json, Router};
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use super::AppState;
+
+/// The API description.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "oncegate", description = "Makes side-effecting workflow automation safe to retry."),
+    paths(
+        super::claims::claim,
+        super::runs::renew,
+        super::runs::complete,
+        super::runs::fail,
+        super::runs::get_run,
+        super::health::healthz,
+        super::health::readyz,
+        super::health::metrics,
+    ),
+    components(schemas(super::Problem)),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "ledger", description = "Claims and the owner's moves"),
+        (name = "ops", description = "Health, readiness, metrics"),
+    )
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+        );
+    }
+}
+
+pub(super) fn router() -> Router<AppState> {
+    Router::new().route("/openapi.json", get(|| async { Json(ApiDoc::openapi()) }))
+}

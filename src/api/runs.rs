@@ -1,0 +1,389 @@
+//! Runs: the owner's moves (`renew`, `complete`, `fail`) and the read.
+//!
+//! Every owner call names the run and presents its `lease`; the store's
+//! compare-and-set decides. A lease that lost the run gets 409 with the
+//! run's current state, and the caller must not act.
+
+use axum::extract::{Query, State};
+use axum::routing::{get, post};
+use axum::{middleware, Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+use super::error::{ApiError, Result};
+use super::{auth, ApiJson, AppState, Caller};
+use crate::clock::to_datetime;
+use crate::ledger::{IdempotencyKey, Lease, Moved, Namespace, OwnerCall, OwnerMove, Run, RunState};
+
+pub(super) fn router(state: AppState) -> Router<AppState> {
+    let owner = Router::new()
+        .route("/v1/runs/renew", post(renew))
+        .route("/v1/runs/complete", post(complete))
+        .route("/v1/runs/fail", post(fail))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::workflow,
+        ));
+    let read =
+        Router::new()
+            .route("/v1/runs", get(get_run))
+            .route_layer(middleware::from_fn_with_state(
+                state,
+                auth::workflow_or_operator,
+            ));
+    owner.merge(read)
+}
+
+/// Names a run.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, IntoParams)]
+pub struct RunRef {
+    /// Provider or tenant.
+    pub namespace: String,
+    /// Business identity.
+    pub key: String,
+}
+
+/// Checks an optional free-text field: at most `max` bytes, no control characters.
+///
+/// # Errors
+/// [`ApiError::Invalid`] naming the field.
+pub(super) fn optional_text(
+    field: &str,
+    value: Option<String>,
+    max: usize,
+) -> Result<Option<String>> {
+    let Some(value) = value else { return Ok(None) };
+    if value.len() > max {
+        return Err(ApiError::invalid(
+            field,
+            format!("{field} is longer than {max} bytes"),
+        ));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(ApiError::invalid(
+            field,
+            format!("{field} must not hold control characters"),
+        ));
+    }
+    Ok(Some(value))
+}
+
+/// Keeps an error message safe to store and show: bounded, one line.
+fn sanitise_error(error: &str) -> String {
+    const MAX: usize = 2_000;
+    let mut clean: String = error
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if clean.len() > MAX {
+        let mut cut = MAX;
+        while !clean.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        clean.truncate(cut);
+        clean.push('…');
+    }
+    clean
+}
+
+/// The identity and lease every owner call carries.
+struct OwnerFields {
+    namespace: String,
+    key: String,
+    lease: String,
+}
+
+impl OwnerFields {
+    fn into_call(self, actor: &str) -> Result<OwnerCall> {
+        Ok(OwnerCall {
+            namespace: Namespace::parse(self.namespace)?,
+            key: IdempotencyKey::parse(self.key)?,
+            lease: Lease::decode(&self.lease)?,
+            actor: actor.to_owned(),
+        })
+    }
+}
+
+/// `POST /v1/runs/renew`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RenewBody {
+    /// Provider or tenant.
+    pub namespace: String,
+    /// Business identity.
+    pub key: String,
+    /// The current lease.
+    pub lease: String,
+    /// New lease length from now, in milliseconds (default from the config).
+    pub lease_ms: Option<i64>,
+}
+
+/// `POST /v1/runs/complete`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompleteBody {
+    /// Provider or tenant.
+    pub namespace: String,
+    /// Business identity.
+    pub key: String,
+    /// The current lease.
+    pub lease: String,
+    /// The result duplicates will receive.
+    pub result: Option<Value>,
+}
+
+/// `POST /v1/runs/fail`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FailBody {
+    /// Provider or tenant.
+    pub namespace: String,
+    /// Business identity.
+    pub key: String,
+    /// The current lease.
+    pub lease: String,
+    /// True: a later claim with the same payload may retry. False: final.
+    pub retryable: bool,
+    /// What went wrong (no secrets; stored, shown to operators).
+    pub error: String,
+}
+
+/// The answer to an owner call.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MoveResponse {
+    /// Provider or tenant.
+    pub namespace: String,
+    /// Business identity.
+    pub key: String,
+    /// The run's state after the move.
+    #[schema(value_type = String)]
+    pub state: RunState,
+    /// The fencing version after the move.
+    pub version: i64,
+    /// The lease to present next, while the run stays `processing`.
+    pub lease: Option<String>,
+    /// When that lease ends (RFC 3339).
+    pub lease_expires_at: Option<String>,
+}
+
+impl From<Moved> for MoveResponse {
+    fn from(moved: Moved) -> Self {
+        let run = moved.run;
+        Self {
+            namespace: run.namespace.to_string(),
+            key: run.key.to_string(),
+            state: run.state,
+            version: run.version.get(),
+            lease: moved.lease.map(|l| l.encode()),
+            lease_expires_at: moved
+                .lease
+                .and(run.lease_expires_at)
+                .map(|at| to_datetime(at).to_rfc3339()),
+        }
+    }
+}
+
+/// Extends the caller's lease, capped by the maximum lease life.
+#[utoipa::path(post, path = "/v1/runs/renew", tag = "ledger", request_body = RenewBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Renewed; present the new lease next", body = MoveResponse),
+        (status = 400, description = "Malformed request", body = super::Problem),
+        (status = 409, description = "The lease lost the run; do not act", body = super::Problem),
+    ))]
+pub(super) async fn renew(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<RenewBody>,
+) -> Result<Json<MoveResponse>> {
+    let ledger = &app.config.ledger;
+    let lease_ms = body.lease_ms.unwrap_or(ledger.default_lease_ms);
+    if !(100..=ledger.max_lease_ms).contains(&lease_ms) {
+        return Err(ApiError::invalid(
+            "lease_ms",
+            format!(
+                "must be between 100 and {} milliseconds",
+                ledger.max_lease_ms
+            ),
+        ));
+    }
+    let fields = OwnerFields {
+        namespace: body.namespace,
+        key: body.key,
+        lease: body.lease,
+    };
+    let call = fields.into_call(&caller.subject)?;
+    let moved = app
+        .store
+        .renew(&call, lease_ms, ledger.max_lease_life_ms)
+        .await?;
+    Ok(Json(moved.into()))
+}
+
+/// Completes the run with the result duplicates will receive.
+#[utoipa::path(post, path = "/v1/runs/complete", tag = "ledger", request_body = CompleteBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Completed", body = MoveResponse),
+        (status = 400, description = "Malformed request", body = super::Problem),
+        (status = 409, description = "The lease lost the run", body = super::Problem),
+    ))]
+pub(super) async fn complete(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<CompleteBody>,
+) -> Result<Json<MoveResponse>> {
+    let fields = OwnerFields {
+        namespace: body.namespace,
+        key: body.key,
+        lease: body.lease,
+    };
+    let call = fields.into_call(&caller.subject)?;
+    let moved = app
+        .store
+        .finish(
+            &call,
+            &OwnerMove::Complete {
+                result: body.result,
+            },
+        )
+        .await?;
+    Ok(Json(moved.into()))
+}
+
+/// Fails the run, retryably (a later claim may try again) or for good.
+#[utoipa::path(post, path = "/v1/runs/fail", tag = "ledger", request_body = FailBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Failed", body = MoveResponse),
+        (status = 400, description = "Malformed request", body = super::Problem),
+        (status = 409, description = "The lease lost the run", body = super::Problem),
+    ))]
+pub(super) async fn fail(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<FailBody>,
+) -> Result<Json<MoveResponse>> {
+    if body.error.trim().is_empty() {
+        return Err(ApiError::invalid(
+            "error",
+            "describe the failure (no secrets)",
+        ));
+    }
+    let error = sanitise_error(&body.error);
+    let mv = if body.retryable {
+        OwnerMove::FailRetryable { error }
+    } else {
+        OwnerMove::FailTerminal { error }
+    };
+    let fields = OwnerFields {
+        namespace: body.namespace,
+        key: body.key,
+        lease: body.lease,
+    };
+    let call = fields.into_call(&caller.subject)?;
+    let moved = app.store.finish(&call, &mv).await?;
+    Ok(Json(moved.into()))
+}
+
+/// A run as the API shows it (never its lease).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunView {
+    /// Provider or tenant.
+    pub namespace: String,
+    /// Business identity.
+    pub key: String,
+    /// Identity unique across runs, if any.
+    pub business_key: Option<String>,
+    /// Current state.
+    #[schema(value_type = String)]
+    pub state: RunState,
+    /// Fencing version.
+    pub version: i64,
+    /// Times claimed.
+    pub attempts: i64,
+    /// `sha256:<hex>` of the first payload.
+    pub payload_hash: String,
+    /// Declared operation.
+    pub operation: Option<String>,
+    /// Correlation id.
+    pub correlation_id: String,
+    /// Workflow version.
+    pub workflow_version: Option<String>,
+    /// Link to the source record.
+    pub source_url: Option<String>,
+    /// Workflow engine execution id.
+    pub execution_ref: Option<String>,
+    /// On whose behalf.
+    pub requested_by: Option<String>,
+    /// Token subject that claimed it last.
+    pub claimed_by: String,
+    /// Result of a completed run.
+    pub result: Option<Value>,
+    /// Last sanitised error.
+    pub last_error: Option<String>,
+    /// Why it ended.
+    pub reason: Option<String>,
+    /// When the current lease ends (RFC 3339).
+    pub lease_expires_at: Option<String>,
+    /// First claim (RFC 3339).
+    pub created_at: String,
+    /// Last change (RFC 3339).
+    pub updated_at: String,
+    /// When retention slimmed it (RFC 3339).
+    pub archived_at: Option<String>,
+}
+
+impl From<Run> for RunView {
+    fn from(run: Run) -> Self {
+        let ts = |ms: i64| to_datetime(ms).to_rfc3339();
+        Self {
+            correlation_id: run.correlation_id().to_owned(),
+            namespace: run.namespace.to_string(),
+            key: run.key.to_string(),
+            business_key: run.business_key.map(|b| b.to_string()),
+            state: run.state,
+            version: run.version.get(),
+            attempts: run.attempts,
+            payload_hash: run.payload_hash.to_string(),
+            operation: run.metadata.operation,
+            workflow_version: run.metadata.workflow_version,
+            source_url: run.metadata.source_url,
+            execution_ref: run.metadata.execution_ref,
+            requested_by: run.metadata.requested_by,
+            claimed_by: run.claimed_by,
+            result: run.result,
+            last_error: run.last_error,
+            reason: run.reason,
+            lease_expires_at: run.lease_expires_at.map(ts),
+            created_at: ts(run.created_at),
+            updated_at: ts(run.updated_at),
+            archived_at: run.archived_at.map(ts),
+        }
+    }
+}
+
+/// Reads one run by namespace and key (query parameters, URL-encoded).
+#[utoipa::path(get, path = "/v1/runs", tag = "ledger", params(RunRef),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The run", body = RunView),
+        (status = 400, description = "Malformed namespace or key", body = super::Problem),
+        (status = 404, description = "No such run", body = super::Problem),
+    ))]
+pub(super) async fn get_run(
+    State(app): State<AppState>,
+    query: std::result::Result<Query<RunRef>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<RunView>> {
+    let Query(q) = query.map_err(|e| ApiError::Invalid {
+        field: None,
+        detail: e.body_text(),
+    })?;
+    let namespace = Namespace::parse(q.namespace)?;
+    let key = IdempotencyKey::parse(q.key)?;
+    let run = app.store.get_run(&namespace, &key).await?.ok_or_else(|| {
+        ApiError::NotFound(format!("no run with key {key} in namespace {namespace}"))
+    })?;
+    Ok(Json(run.into()))
+}

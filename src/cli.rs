@@ -1,0 +1,332 @@
+//! The commands of the `oncegate` binary.
+//!
+//! `main.rs` parses the command line and sets up logging; everything a
+//! command does lives here so tests can call it too.
+
+use std::future::IntoFuture;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{self, AppState, Authenticator};
+use crate::clock::{SharedClock, SystemClock};
+use crate::config::{Config, LogFormat, Scope};
+use crate::ledger::{IdempotencyKey, Namespace};
+use crate::ops::Metrics;
+use crate::store::{self, SharedStore, StoreOptions, StoredToken};
+
+/// oncegate: makes side-effecting workflow automation safe to retry.
+#[derive(Debug, Parser)]
+#[command(name = "oncegate", version, about)]
+pub struct Cli {
+    /// Configuration file (TOML). Optional: defaults run on SQLite.
+    #[arg(long, global = true, env = "ONCEGATE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Log format; overrides `log.format`.
+    #[arg(long, global = true, value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP service (applies migrations first).
+    Serve,
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Configuration commands.
+    Config {
+        /// The configuration command.
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// API token commands.
+    Token {
+        /// The token command.
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+    /// Run (ledger) commands.
+    Runs {
+        /// The runs command.
+        #[command(subcommand)]
+        command: RunsCommand,
+    },
+}
+
+/// `oncegate config …`.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate the configuration (file and environment) without starting.
+    Check,
+}
+
+/// `oncegate token …`.
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Print a fresh token and the config entry that holds its digest.
+    New {
+        /// The person or workflow the token speaks for.
+        #[arg(long)]
+        subject: String,
+        /// A scope (repeatable): workflow, operator, approver, admin.
+        #[arg(long = "scope", value_enum, required = true)]
+        scopes: Vec<Scope>,
+        /// A role for approval policies (repeatable).
+        #[arg(long = "role")]
+        roles: Vec<String>,
+    },
+}
+
+/// `oncegate runs …`.
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// Print one run as JSON.
+    Get {
+        /// The run's namespace.
+        namespace: String,
+        /// The run's key.
+        key: String,
+    },
+}
+
+/// Runs a parsed command with its loaded configuration.
+///
+/// # Errors
+/// Whatever the command failed on, with context.
+pub async fn run(command: Command, config: Config) -> Result<()> {
+    match command {
+        Command::Serve => serve(config, shutdown_on_signal()).await,
+        Command::Migrate => {
+            let store = open_store(&config, Arc::new(SystemClock)).await?;
+            store.migrate().await.context("applying migrations")?;
+            println!(
+                "migrations applied to {}",
+                store::redact_url(&config.database.url)
+            );
+            store.close().await;
+            Ok(())
+        }
+        Command::Config {
+            command: ConfigCommand::Check,
+        } => {
+            println!(
+                "configuration ok: listen {}, database {}, {} token(s)",
+                config.server.listen,
+                store::redact_url(&config.database.url),
+                config.tokens.len()
+            );
+            Ok(())
+        }
+        Command::Token {
+            command:
+                TokenCommand::New {
+                    subject,
+                    scopes,
+                    roles,
+                },
+        } => {
+            print!("{}", new_token_text(&subject, &scopes, &roles));
+            Ok(())
+        }
+        Command::Runs {
+            command: RunsCommand::Get { namespace, key },
+        } => {
+            let namespace = Namespace::parse(namespace)?;
+            let key = IdempotencyKey::parse(key)?;
+            let store = open_store(&config, Arc::new(SystemClock)).await?;
+            store.migrate().await.context("applying migrations")?;
+            let run = store.get_run(&namespace, &key).await?;
+            store.close().await;
+            let run =
+                run.with_context(|| format!("no run with key {key} in namespace {namespace}"))?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&api::RunView::from(run))?
+            );
+            Ok(())
+        }
+    }
+}
+
+/// The text `token new` prints: the token once, and its config entry.
+pub fn new_token_text(subject: &str, scopes: &[Scope], roles: &[String]) -> String {
+    let token = api::auth::generate_token();
+    let entry = crate::config::TokenConfig {
+        subject: subject.to_owned(),
+        digest: api::auth::digest(&token),
+        scopes: scopes.to_vec(),
+        roles: roles.to_vec(),
+    };
+    let snippet = toml::to_string(&toml::Table::from_iter([(
+        "tokens".to_owned(),
+        toml::Value::try_from(vec![entry]).unwrap_or(toml::Value::Array(Vec::new())),
+    )]))
+    .unwrap_or_default();
+    format!(
+        "token (shown once; store it in your workflow's credentials):\n{token}\n\n\
+         add to oncegate.toml (only the digest is kept):\n{snippet}"
+    )
+}
+
+/// Opens the configured store.
+///
+/// # Errors
+/// The database cannot be reached or the URL is unsupported.
+pub async fn open_store(config: &Config, clock: SharedClock) -> Result<SharedStore> {
+    let options = StoreOptions {
+        max_connections: config.database.max_connections,
+        busy_timeout_ms: config.database.busy_timeout_ms,
+        clock,
+        use_db_clock: true,
+    };
+    store::connect(&config.database.url, options)
+        .await
+        .with_context(|| {
+            format!(
+                "opening database {}",
+                store::redact_url(&config.database.url)
+            )
+        })
+}
+
+/// Builds the app around a migrated store. When no token is configured and
+/// none is stored yet, creates one admin token, stores its digest, and
+/// returns the token so the caller can show it once.
+///
+/// # Errors
+/// Reading or writing stored tokens failed.
+pub async fn build_state(
+    config: Config,
+    store: SharedStore,
+    clock: SharedClock,
+) -> Result<(AppState, Option<String>)> {
+    let mut bootstrap = None;
+    let stored = if config.tokens.is_empty() {
+        let mut stored = store.stored_tokens().await?;
+        if stored.is_empty() {
+            let token = api::auth::generate_token();
+            let entry = StoredToken {
+                digest: api::auth::digest(&token),
+                subject: "admin".into(),
+                scopes: vec![Scope::Admin.as_str().into()],
+                roles: vec![],
+            };
+            store.insert_token(&entry).await?;
+            stored.push(entry);
+            bootstrap = Some(token);
+        }
+        stored
+    } else {
+        // Once tokens are configured, the first-start token stops working.
+        Vec::new()
+    };
+    let auth = Authenticator::new(&config.tokens, &stored);
+    let state = AppState {
+        store,
+        auth: Arc::new(auth),
+        metrics: Arc::new(Metrics::new()),
+        config: Arc::new(config),
+        clock,
+    };
+    Ok((state, bootstrap))
+}
+
+/// Serves the app on `listener` until `shutdown` is cancelled, then lets
+/// in-flight requests finish (up to the configured grace period).
+///
+/// # Errors
+/// The server failed to accept connections.
+pub async fn run_server(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let grace = Duration::from_millis(state.config.server.shutdown_grace_ms);
+    let app = api::router(state);
+    let stopped = shutdown.clone();
+    let server =
+        axum::serve(listener, app).with_graceful_shutdown(async move { stopped.cancelled().await });
+    let mut server = std::pin::pin!(server.into_future());
+    tokio::select! {
+        result = &mut server => result.context("serving HTTP")?,
+        () = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
+            tracing::warn!(grace_ms = grace.as_millis() as u64, "in-flight requests outlived the shutdown grace period");
+        }
+    }
+    Ok(())
+}
+
+/// `oncegate serve`.
+///
+/// # Errors
+/// Start-up failed: the database, the migrations, or the listen address.
+pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<()> {
+    let clock: SharedClock = Arc::new(SystemClock);
+    let store = open_store(&config, clock.clone()).await?;
+    store.migrate().await.context("applying migrations")?;
+    let listen = config.server.listen;
+    let (state, bootstrap) = build_state(config, store.clone(), clock).await?;
+    if let Some(token) = bootstrap {
+        println!(
+            "No API token is configured, so oncegate created one admin token.\n\
+             It is shown only this once (only its digest is stored):\n\n    {token}\n\n\
+             Use it as `Authorization: Bearer <token>`. Configure [[tokens]] \
+             (`oncegate token new`) to replace it."
+        );
+    }
+    if state.auth.is_empty() {
+        tracing::warn!("no API token is usable; every API call will be refused");
+    }
+    let listener = TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    tracing::info!(
+        address = %listener.local_addr()?,
+        database = store.backend(),
+        "oncegate listening"
+    );
+    run_server(listener, state, shutdown).await?;
+    store.close().await;
+    tracing::info!("oncegate stopped");
+    Ok(())
+}
+
+/// A token cancelled on SIGINT or SIGTERM.
+pub fn shutdown_on_signal() -> CancellationToken {
+    let token = CancellationToken::new();
+    let cancel = token.clone();
+    tokio::spawn(async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(term) => term,
+                    Err(err) => {
+                        tracing::error!(error = %err, "cannot listen for SIGTERM");
+                        let _ = ctrl_c.await;
+                        cancel.cancel();
+                        return;
+                    }
+                };
+            tokio::select! {
+                _ = ctrl_c => {},
+                _ = term.recv() => {},
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = ctrl_c.await;
+        tracing::info!("shutdown signal received; finishing in-flight requests");
+        cancel.cancel();
+    });
+    token
+}

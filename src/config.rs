@@ -1,0 +1,457 @@
+//! Configuration: `oncegate.toml` layered with `ONCEGATE_*` variables.
+//!
+//! The file is optional; every field has a default that runs a single node
+//! on SQLite at `127.0.0.1:8080`. Environment variables (see [`ENV_VARS`])
+//! override the file. Everything is checked at start, and every error names
+//! the field it is about (`database.url: …`).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Errors found while loading or checking the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML.
+    #[error("config file {path} is not valid TOML: {message}")]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, with line and column.
+        message: String,
+    },
+    /// A field has the wrong type, an unknown name, or a bad value.
+    #[error("{field}: {message}")]
+    Field {
+        /// Dotted path of the field (`server.listen`, `tokens[0].scopes`).
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl ConfigError {
+    fn field(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::Field {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// HTTP server settings.
+    pub server: ServerConfig,
+    /// Which database and how to reach it.
+    pub database: DatabaseConfig,
+    /// Lease bounds of the ledger.
+    pub ledger: LedgerConfig,
+    /// Logging.
+    pub log: LogConfig,
+    /// API tokens, by digest.
+    pub tokens: Vec<TokenConfig>,
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Largest request body accepted by the API, in bytes.
+    pub max_body_bytes: usize,
+    /// A request that takes longer is answered 408, in milliseconds.
+    pub request_timeout_ms: u64,
+    /// How long shutdown waits for in-flight requests, in milliseconds.
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            max_body_bytes: 256 * 1024,
+            request_timeout_ms: 30_000,
+            shutdown_grace_ms: 30_000,
+        }
+    }
+}
+
+/// `[database]`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// `sqlite://PATH` (default `sqlite://oncegate.db`) or `postgres://…`.
+    pub url: String,
+    /// Most connections in the pool.
+    pub max_connections: u32,
+    /// SQLite: how long to wait on a locked database, in milliseconds.
+    pub busy_timeout_ms: u64,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            url: "sqlite://oncegate.db".into(),
+            max_connections: 8,
+            busy_timeout_ms: 5_000,
+        }
+    }
+}
+
+/// `[ledger]`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LedgerConfig {
+    /// Lease length when a claim names none, in milliseconds.
+    pub default_lease_ms: i64,
+    /// Longest lease a claim or renewal may ask for, in milliseconds.
+    pub max_lease_ms: i64,
+    /// Longest total life of one owner's lease across renewals, in milliseconds.
+    pub max_lease_life_ms: i64,
+    /// `retry_after` told to duplicates of runs awaiting a human or
+    /// approved, in milliseconds.
+    pub in_flight_retry_after_ms: i64,
+}
+
+impl Default for LedgerConfig {
+    fn default() -> Self {
+        Self {
+            default_lease_ms: 30_000,
+            max_lease_ms: 15 * 60_000,
+            max_lease_life_ms: 60 * 60_000,
+            in_flight_retry_after_ms: 30_000,
+        }
+    }
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Human,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// `human` or `json`.
+    pub format: LogFormat,
+    /// A `tracing` filter such as `info` or `oncegate=debug,sqlx=warn`.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Human,
+            level: "info".into(),
+        }
+    }
+}
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Hash, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// Claim and move runs (a workflow engine).
+    Workflow,
+    /// Read runs, operate dead letters and the kill switch.
+    Operator,
+    /// Decide approval challenges.
+    Approver,
+    /// Everything.
+    Admin,
+}
+
+impl Scope {
+    /// The configured name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Workflow => "workflow",
+            Self::Operator => "operator",
+            Self::Approver => "approver",
+            Self::Admin => "admin",
+        }
+    }
+
+    /// Parses a configured name.
+    pub fn parse(name: &str) -> Option<Self> {
+        [Self::Workflow, Self::Operator, Self::Approver, Self::Admin]
+            .into_iter()
+            .find(|s| s.as_str() == name)
+    }
+}
+
+/// `[[tokens]]`: one API token, by the SHA-256 digest of its value.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    /// The person or workflow the token speaks for.
+    pub subject: String,
+    /// `sha256:<64 hex>` of the token (`oncegate token new` prints it).
+    pub digest: String,
+    /// What the token may do.
+    pub scopes: Vec<Scope>,
+    /// Roles, for approval policies.
+    #[serde(default)]
+    pub roles: Vec<String>,
+}
+
+/// Environment variables that override the file, and the field each sets.
+pub const ENV_VARS: &[(&str, &str)] = &[
+    ("ONCEGATE_LISTEN", "server.listen"),
+    ("ONCEGATE_MAX_BODY_BYTES", "server.max_body_bytes"),
+    ("ONCEGATE_REQUEST_TIMEOUT_MS", "server.request_timeout_ms"),
+    ("ONCEGATE_SHUTDOWN_GRACE_MS", "server.shutdown_grace_ms"),
+    ("ONCEGATE_DATABASE_URL", "database.url"),
+    (
+        "ONCEGATE_DATABASE_MAX_CONNECTIONS",
+        "database.max_connections",
+    ),
+    (
+        "ONCEGATE_DATABASE_BUSY_TIMEOUT_MS",
+        "database.busy_timeout_ms",
+    ),
+    ("ONCEGATE_DEFAULT_LEASE_MS", "ledger.default_lease_ms"),
+    ("ONCEGATE_MAX_LEASE_MS", "ledger.max_lease_ms"),
+    ("ONCEGATE_MAX_LEASE_LIFE_MS", "ledger.max_lease_life_ms"),
+    ("ONCEGATE_LOG_FORMAT", "log.format"),
+    ("ONCEGATE_LOG_LEVEL", "log.level"),
+];
+
+impl Config {
+    /// Loads the file (if any) and applies `env` overrides, then checks it.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the file, line or field that is wrong.
+    pub fn load(
+        path: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let mut table = match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_owned(),
+                    source,
+                })?;
+                text.parse::<toml::Table>()
+                    .map_err(|e| ConfigError::Syntax {
+                        path: path.to_owned(),
+                        message: e.to_string(),
+                    })?
+            }
+            None => toml::Table::new(),
+        };
+        for (name, value) in env {
+            if let Some((_, field)) = ENV_VARS.iter().find(|(var, _)| *var == name) {
+                set_field(&mut table, field, &value);
+            }
+        }
+        let config: Config =
+            serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+                let field = e.path().to_string();
+                ConfigError::field(field, e.into_inner().message().to_string())
+            })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks relations between fields that types alone cannot.
+    ///
+    /// # Errors
+    /// [`ConfigError::Field`] for the first bad field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let url = &self.database.url;
+        if !(url.starts_with("sqlite:")
+            || url.starts_with("postgres://")
+            || url.starts_with("postgresql://"))
+        {
+            return Err(ConfigError::field(
+                "database.url",
+                format!(
+                    "{:?} is not sqlite://PATH or postgres://…",
+                    crate::store::redact_url(url)
+                ),
+            ));
+        }
+        if self.database.max_connections == 0 {
+            return Err(ConfigError::field(
+                "database.max_connections",
+                "must be at least 1",
+            ));
+        }
+        let l = &self.ledger;
+        if l.default_lease_ms < 100 {
+            return Err(ConfigError::field(
+                "ledger.default_lease_ms",
+                "must be at least 100",
+            ));
+        }
+        if l.max_lease_ms < l.default_lease_ms {
+            return Err(ConfigError::field(
+                "ledger.max_lease_ms",
+                "must be at least ledger.default_lease_ms",
+            ));
+        }
+        if l.max_lease_life_ms < l.max_lease_ms {
+            return Err(ConfigError::field(
+                "ledger.max_lease_life_ms",
+                "must be at least ledger.max_lease_ms",
+            ));
+        }
+        if l.in_flight_retry_after_ms < 0 {
+            return Err(ConfigError::field(
+                "ledger.in_flight_retry_after_ms",
+                "must not be negative",
+            ));
+        }
+        if self.server.max_body_bytes < 1024 {
+            return Err(ConfigError::field(
+                "server.max_body_bytes",
+                "must be at least 1024",
+            ));
+        }
+        if self.server.request_timeout_ms == 0 {
+            return Err(ConfigError::field(
+                "server.request_timeout_ms",
+                "must be positive",
+            ));
+        }
+        tracing_subscriber::EnvFilter::try_new(&self.log.level)
+            .map_err(|e| ConfigError::field("log.level", e.to_string()))?;
+        self.validate_tokens()
+    }
+
+    fn validate_tokens(&self) -> Result<(), ConfigError> {
+        let mut seen = std::collections::HashSet::new();
+        for (i, token) in self.tokens.iter().enumerate() {
+            let at = |f: &str| format!("tokens[{i}].{f}");
+            if token.subject.trim().is_empty() {
+                return Err(ConfigError::field(at("subject"), "must not be empty"));
+            }
+            if !is_digest(&token.digest) {
+                return Err(ConfigError::field(
+                    at("digest"),
+                    "must be \"sha256:\" followed by 64 lowercase hex digits (never the token itself)",
+                ));
+            }
+            if !seen.insert(&token.digest) {
+                return Err(ConfigError::field(at("digest"), "is listed twice"));
+            }
+            if token.scopes.is_empty() {
+                return Err(ConfigError::field(
+                    at("scopes"),
+                    "must name at least one scope",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether `value` looks like a stored token digest.
+pub fn is_digest(value: &str) -> bool {
+    value.strip_prefix("sha256:").is_some_and(|hex| {
+        hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
+}
+
+/// Sets a dotted field from an environment string, typed by its look.
+fn set_field(table: &mut toml::Table, dotted: &str, raw: &str) {
+    let (section, field) = dotted.split_once('.').unwrap_or(("", dotted));
+    let value = if let Ok(n) = raw.parse::<i64>() {
+        toml::Value::Integer(n)
+    } else if let Ok(b) = raw.parse::<bool>() {
+        toml::Value::Boolean(b)
+    } else {
+        toml::Value::String(raw.to_owned())
+    };
+    let entry = table
+        .entry(section.to_owned())
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    if let toml::Value::Table(inner) = entry {
+        inner.insert(field.to_owned(), value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn load_text(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        file.write_all(text.as_bytes()).unwrap();
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        Config::load(Some(file.path()), env)
+    }
+
+    #[test]
+    fn defaults_need_no_file() {
+        let config = Config::load(None, Vec::new()).unwrap();
+        assert_eq!(config.database.url, "sqlite://oncegate.db");
+        assert_eq!(config.server.listen.to_string(), "127.0.0.1:8080");
+    }
+
+    #[test]
+    fn environment_overrides_file() {
+        let config = load_text(
+            "[database]\nurl = \"sqlite://a.db\"\n",
+            &[
+                ("ONCEGATE_DATABASE_URL", "sqlite://b.db"),
+                ("ONCEGATE_LISTEN", "127.0.0.1:9"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(config.database.url, "sqlite://b.db");
+        assert_eq!(config.server.listen.port(), 9);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let err = load_text("[server]\nlisten = \"nowhere\"\n", &[]).unwrap_err();
+        assert!(err.to_string().starts_with("server.listen:"), "{err}");
+        let err = load_text("[server]\nlisen = \"127.0.0.1:1\"\n", &[]).unwrap_err();
+        assert!(err.to_string().contains("lisen"), "{err}");
+        let err = load_text("[database]\nurl = \"mysql://x\"\n", &[]).unwrap_err();
+        assert!(err.to_string().starts_with("database.url:"), "{err}");
+        let err = load_text(
+            "[[tokens]]\nsubject = \"n8n\"\ndigest = \"plain-token\"\nscopes = [\"workflow\"]\n",
+            &[],
+        )
+        .unwrap_err();
+        assert!(err.to_string().starts_with("tokens[0].digest:"), "{err}");
+        let err = load_text(
+            &format!(
+                "[[tokens]]\nsubject = \"x\"\ndigest = \"sha256:{}\"\nscopes = [\"root\"]\n",
+                "a".repeat(64)
+            ),
+            &[],
+        )
+        .unwrap_err();
+        assert!(err.to_string().starts_with("tokens[0].scopes"), "{err}");
+        let err = load_text("[ledger]\nmax_lease_ms = 10\n", &[]).unwrap_err();
+        assert!(err.to_string().starts_with("ledger.max_lease_ms:"), "{err}");
+        let err = load_text("server = [\n", &[]).unwrap_err();
+        assert!(matches!(err, ConfigError::Syntax { .. }), "{err}");
+    }
+}

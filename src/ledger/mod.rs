@@ -1,0 +1,18 @@
+//! The idempotency ledger: runs keyed by `(namespace, key)`, their states,
+//! leases and fencing versions (DESIGN.md §2).
+//!
+//! This module holds the pure domain: parsed identifiers ([`ids`]), the
+//! owner's [`Lease`], the lifecycle ([`RunState`], [`Move`]) and the
+//! request/answer types of the ledger calls ([`run`]). The atomic claim and
+//! the compare-and-set moves themselves live in each [`crate::store`]
+//! backend, guarded by the same move table.
+
+pub mod ids;
+pub mod lease;
+pub mod run;
+pub mod state;
+
+pub use ids::{BusinessKey, IdempotencyKey, InvalidId, Namespace, PayloadHash};
+pub use lease::{FencingVersion, Lease, LeaseOwner};
+pub use run::{ClaimOutcome, ClaimRequest, Moved, OwnerCall, OwnerMove, Run, RunMetadata};
+pub use state::{InvalidTransition, Move, RunState};

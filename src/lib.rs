@@ -1,0 +1,45 @@
+//! oncegate makes side-effecting workflow automation safe to retry.
+//!
+//! # The parts
+//!
+//! - [`ledger`]: runs keyed by `(namespace, key)`: states, leases, fencing
+//!   versions, payload hashes, and the only allowed moves between states.
+//! - [`store`]: the [`store::Store`] trait and its SQLite (embedded default)
+//!   and PostgreSQL (many nodes) backends; the atomic claim and every
+//!   compare-and-set move are single guarded statements there.
+//! - [`audit`]: the append-only, per-key hash-chained event log written in
+//!   the same transaction as every claim and move.
+//! - [`api`]: the versioned JSON API over HTTP (axum), bearer tokens with
+//!   scopes, RFC 9457 problem+json errors, the OpenAPI document.
+//! - [`ops`]: Prometheus metrics, health and readiness.
+//! - [`config`]: the TOML file layered with `ONCEGATE_*` variables.
+//! - [`clock`]: injected time, so leases and expiry are tested by hand.
+//! - [`cli`]: the commands the `oncegate` binary runs.
+//!
+//! # How a request flows
+//!
+//! A workflow sends `POST /v1/claims` with a bearer token. The [`api`]
+//! layer authenticates the token (its subject becomes the actor), parses the
+//! body into domain types (a malformed key, hash or lease is a 400 before
+//! anything is written), and calls [`store::Store::claim`]. The store runs
+//! one `INSERT … ON CONFLICT DO UPDATE … WHERE <reclaimable> RETURNING`
+//! statement and, in the same transaction, appends the audit entry. The
+//! answer always carries an explicit `claimed` boolean: the caller either
+//! holds an opaque `lease` now, or learns that the key is a duplicate (with
+//! the stored result), in flight, finished, held under another key
+//! (`duplicate_of`), or in conflict (422). The owner then renews,
+//! completes or fails the run by presenting its lease; each move is a
+//! compare-and-set on owner, version and a live lease, so an owner that
+//! lost the run is told so (409) and must not act.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod api;
+pub mod audit;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod ledger;
+pub mod ops;
+pub mod store;

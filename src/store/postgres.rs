@@ -1,0 +1,130 @@
+//! The PostgreSQL backend: any number of oncegate processes, one database.
+//!
+//! Lease times are compared with the database's clock (`og_now_ms`, which is
+//! `now()` in milliseconds), so nodes whose clocks disagree still agree on
+//! who owns a run. Migrations take PostgreSQL's advisory lock, so processes
+//! starting together apply them once.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+
+use super::sql::{Dialect, Statements};
+use super::{Result, Store, StoreOptions, StoredToken};
+use crate::audit::AuditRecord;
+use crate::clock::SharedClock;
+use crate::ledger::{
+    ClaimOutcome, ClaimRequest, IdempotencyKey, Moved, Namespace, OwnerCall, OwnerMove, Run,
+};
+
+mod ops {
+    crate::ledger_ops!(sqlx::Postgres);
+}
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
+
+/// The PostgreSQL store.
+#[derive(Debug)]
+pub struct PgStore {
+    pool: PgPool,
+    st: Statements,
+    clock: SharedClock,
+    use_db_clock: bool,
+}
+
+impl PgStore {
+    /// Connects a pool to the database a `postgres://` URL names.
+    ///
+    /// # Errors
+    /// The URL does not parse or the database cannot be reached.
+    pub async fn connect(url: &str, options: StoreOptions) -> Result<Self> {
+        let connect = PgConnectOptions::from_str(url)?.application_name("oncegate");
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections.max(1))
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(connect)
+            .await?;
+        Ok(Self {
+            pool,
+            st: Statements::new(Dialect::Postgres),
+            clock: options.clock,
+            use_db_clock: options.use_db_clock,
+        })
+    }
+
+    /// The connection pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The time bound into statements: `None` lets the database decide.
+    fn now(&self) -> Option<i64> {
+        (!self.use_db_clock).then(|| self.clock.now_ms())
+    }
+
+    fn cx(&self) -> ops::Cx<'_> {
+        ops::Cx {
+            write: &self.pool,
+            read: &self.pool,
+            st: &self.st,
+            now: self.now(),
+            clock_now: self.clock.now_ms(),
+        }
+    }
+}
+
+#[async_trait]
+impl Store for PgStore {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome> {
+        ops::claim(&self.cx(), req).await
+    }
+
+    async fn renew(&self, call: &OwnerCall, lease_ms: i64, max_life_ms: i64) -> Result<Moved> {
+        ops::renew(&self.cx(), call, lease_ms, max_life_ms).await
+    }
+
+    async fn finish(&self, call: &OwnerCall, mv: &OwnerMove) -> Result<Moved> {
+        ops::finish(&self.cx(), call, mv).await
+    }
+
+    async fn get_run(&self, namespace: &Namespace, key: &IdempotencyKey) -> Result<Option<Run>> {
+        ops::fetch(&self.pool, &self.st, namespace, key).await
+    }
+
+    async fn audit_trail(
+        &self,
+        namespace: &Namespace,
+        key: &IdempotencyKey,
+    ) -> Result<Vec<AuditRecord>> {
+        ops::audit_trail(&self.pool, &self.st, namespace, key).await
+    }
+
+    async fn stored_tokens(&self) -> Result<Vec<StoredToken>> {
+        ops::stored_tokens(&self.pool, &self.st).await
+    }
+
+    async fn insert_token(&self, token: &StoredToken) -> Result<()> {
+        ops::insert_token(&self.pool, &self.st, token, self.clock.now_ms()).await
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}

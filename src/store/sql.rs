@@ -1,0 +1,468 @@
+//! The SQL both backends run, written once.
+//!
+//! Statements use `$N` placeholders, which sqlx accepts on SQLite and
+//! PostgreSQL alike. They differ in two spellings only, supplied by
+//! [`Dialect`]: the current time (`$1` bound from the injected clock on
+//! SQLite; `og_now_ms($1)` on PostgreSQL, which is the database's `now()`
+//! unless a test binds a time) and the two-argument minimum.
+//!
+//! The [`ledger_ops!`](crate::ledger_ops) macro expands the transaction
+//! logic for one concrete sqlx database type; each backend instantiates it.
+
+use std::collections::HashMap;
+
+use crate::clock::Millis;
+use crate::ledger::{Lease, Move, Run, RunState};
+
+/// The spellings that differ between backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// SQLite 3.35 or later.
+    Sqlite,
+    /// PostgreSQL 12 or later.
+    Postgres,
+}
+
+impl Dialect {
+    fn now(self) -> &'static str {
+        match self {
+            Self::Sqlite => "$1",
+            Self::Postgres => "og_now_ms($1)",
+        }
+    }
+
+    fn least(self) -> &'static str {
+        match self {
+            Self::Sqlite => "MIN",
+            Self::Postgres => "LEAST",
+        }
+    }
+}
+
+/// The `runs` columns every statement returns, in [`super::row::RunRow`] order.
+const RUN_COLUMNS: &str = "namespace, run_key, business_key, state, prev_state, payload_hash, \
+    lease_owner, lease_expires_at, lease_started_at, version, attempts, result, last_error, \
+    reason, operation, correlation_id, workflow_version, source_url, execution_ref, \
+    requested_by, claimed_by, audit_seq, audit_head, created_at, updated_at, archived_at";
+
+/// Every statement of the ledger, spelled for one backend.
+#[derive(Debug, Clone)]
+pub struct Statements {
+    /// The atomic claim. Binds: now, namespace, key, business_key,
+    /// payload_hash, lease_owner, lease_ms, operation, correlation_id,
+    /// workflow_version, source_url, execution_ref, requested_by, claimed_by.
+    pub claim: String,
+    /// One run. Binds: namespace, key.
+    pub fetch: String,
+    /// The run holding a business key. Binds: business_key.
+    pub fetch_by_business_key: String,
+    /// Lease renewal. Binds: now, namespace, key, owner, version, lease_ms, max_life_ms.
+    pub renew: String,
+    /// Owner moves out of `processing`, per move. Binds: now, namespace,
+    /// key, owner, version, result, last_error, reason.
+    pub finish: HashMap<Move, String>,
+    /// Appends an audit entry (12 binds, in [`crate::audit::AuditEntry`] order).
+    pub insert_audit: String,
+    /// Moves a run's audit chain head. Binds: namespace, key, hash.
+    pub set_audit_head: String,
+    /// One run's audit trail. Binds: namespace, key.
+    pub audit_trail: String,
+    /// Stored token digests.
+    pub tokens: String,
+    /// Stores a token digest. Binds: digest, subject, scopes, roles, created_at.
+    pub insert_token: String,
+}
+
+impl Statements {
+    /// The statements spelled for `dialect`.
+    pub fn new(dialect: Dialect) -> Self {
+        let now = dialect.now();
+        let least = dialect.least();
+        let reclaimable = "runs.payload_hash = excluded.payload_hash AND runs.archived_at IS NULL \
+             AND (runs.state = 'failed_retryable' \
+                  OR (runs.state = 'processing' AND runs.lease_expires_at <= excluded.lease_started_at))";
+        let claim = format!(
+            "INSERT INTO runs (namespace, run_key, business_key, state, payload_hash, lease_owner, \
+                 lease_expires_at, lease_started_at, version, attempts, operation, correlation_id, \
+                 workflow_version, source_url, execution_ref, requested_by, claimed_by, audit_seq, \
+                 created_at, updated_at) \
+             VALUES ($2, $3, $4, 'processing', $5, $6, {now} + $7, {now}, 1, 1, $8, $9, $10, $11, \
+                 $12, $13, $14, 1, {now}, {now}) \
+             ON CONFLICT (namespace, run_key) DO UPDATE SET \
+                 state = 'processing', prev_state = runs.state, \
+                 lease_owner = excluded.lease_owner, lease_expires_at = excluded.lease_expires_at, \
+                 lease_started_at = excluded.lease_started_at, version = runs.version + 1, \
+                 attempts = runs.attempts + 1, claimed_by = excluded.claimed_by, \
+                 execution_ref = COALESCE(excluded.execution_ref, runs.execution_ref), \
+                 workflow_version = COALESCE(excluded.workflow_version, runs.workflow_version), \
+                 audit_seq = runs.audit_seq + 1, updated_at = excluded.updated_at \
+             WHERE {reclaimable} \
+             RETURNING {RUN_COLUMNS}"
+        );
+        let owner_guard = format!(
+            "namespace = $2 AND run_key = $3 AND lease_owner = $4 AND version = $5 \
+             AND lease_expires_at > {now}"
+        );
+        let renew = format!(
+            "UPDATE runs SET version = version + 1, prev_state = state, \
+                 lease_expires_at = {least}({now} + $6, lease_started_at + $7), \
+                 audit_seq = audit_seq + 1, updated_at = {now} \
+             WHERE {owner_guard} AND state IN {guard} AND lease_started_at + $7 > {now} \
+             RETURNING {RUN_COLUMNS}",
+            guard = Move::Renew.sql_guard()
+        );
+        let finish = [Move::Complete, Move::FailRetryable, Move::FailTerminal]
+            .into_iter()
+            .map(|mv| {
+                let sql = format!(
+                    "UPDATE runs SET state = '{to}', prev_state = state, version = version + 1, \
+                         result = $6, last_error = $7, reason = $8, lease_owner = NULL, \
+                         lease_expires_at = NULL, lease_started_at = NULL, \
+                         audit_seq = audit_seq + 1, updated_at = {now} \
+                     WHERE {owner_guard} AND state IN {guard} \
+                     RETURNING {RUN_COLUMNS}",
+                    to = mv.to_state().as_str(),
+                    guard = mv.sql_guard()
+                );
+                (mv, sql)
+            })
+            .collect();
+        Self {
+            claim,
+            fetch: format!("SELECT {RUN_COLUMNS} FROM runs WHERE namespace = $1 AND run_key = $2"),
+            fetch_by_business_key: format!(
+                "SELECT {RUN_COLUMNS} FROM runs WHERE business_key = $1"
+            ),
+            renew,
+            finish,
+            insert_audit: "INSERT INTO audit_events (namespace, run_key, seq, kind, actor, \
+                 from_state, to_state, version, detail, prev_hash, hash, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+                .into(),
+            set_audit_head: "UPDATE runs SET audit_head = $3 WHERE namespace = $1 AND run_key = $2"
+                .into(),
+            audit_trail: "SELECT namespace, run_key, seq, kind, actor, from_state, to_state, \
+                 version, detail, prev_hash, hash, created_at FROM audit_events \
+                 WHERE namespace = $1 AND run_key = $2 ORDER BY seq"
+                .into(),
+            tokens: "SELECT digest, subject, scopes, roles FROM api_tokens ORDER BY created_at"
+                .into(),
+            insert_token: "INSERT INTO api_tokens (digest, subject, scopes, roles, created_at) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (digest) DO NOTHING"
+                .into(),
+        }
+    }
+}
+
+/// Says, for the caller, why its lease no longer owns the run.
+pub fn explain_lost(current: Option<&Run>, lease: &Lease, now: Millis) -> String {
+    let Some(run) = current else {
+        return "no run exists with this namespace and key".into();
+    };
+    if run.state != RunState::Processing {
+        return format!("the run is {} and no longer owned by a lease", run.state);
+    }
+    match run.lease {
+        Some(current) if current.owner != lease.owner => {
+            "another owner reclaimed the run after this lease expired".into()
+        }
+        Some(current) if current.version != lease.version => format!(
+            "the lease is stale: version {} was superseded by version {}",
+            lease.version, current.version
+        ),
+        _ if run.lease_expires_at.is_some_and(|at| at <= now) => {
+            "the lease expired; claim the key again".into()
+        }
+        _ => "the lease reached its maximum total life; finish or fail the run".into(),
+    }
+}
+
+/// Expands the ledger's transaction logic for one sqlx database type.
+///
+/// Written as a macro rather than generic code because sqlx's executor
+/// bounds cannot be named once and implied; the body is ordinary Rust.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! ledger_ops {
+    ($db:ty) => {
+        use serde_json::{json, Value};
+        use sqlx::{Pool, Transaction};
+
+        use $crate::audit::{AuditEntry, AuditRecord};
+        use $crate::clock::Millis;
+        use $crate::ledger::{
+            ClaimOutcome, ClaimRequest, IdempotencyKey, Lease, LeaseOwner, Move, Moved, Namespace,
+            OwnerCall, OwnerMove, Run,
+        };
+        use $crate::store::row::{AuditRow, RunRow, TokenRow};
+        use $crate::store::sql::{explain_lost, Statements};
+        use $crate::store::{Result, StoreError, StoredToken};
+
+        /// One call's view of the database: the pools, the statements,
+        /// and the time (`now` is bound into statements; `None` lets
+        /// PostgreSQL use its own clock; `clock_now` explains refusals).
+        pub(crate) struct Cx<'a> {
+            pub(crate) write: &'a Pool<$db>,
+            pub(crate) read: &'a Pool<$db>,
+            pub(crate) st: &'a Statements,
+            pub(crate) now: Option<Millis>,
+            pub(crate) clock_now: Millis,
+        }
+
+        /// Appends the audit entry for a move and advances the chain head.
+        async fn record(
+            tx: &mut Transaction<'static, $db>,
+            st: &Statements,
+            row: &RunRow,
+            run: &Run,
+            kind: Move,
+            actor: &str,
+            detail: Value,
+        ) -> Result<()> {
+            let entry = AuditEntry {
+                namespace: run.namespace.to_string(),
+                key: run.key.to_string(),
+                seq: row.audit_seq,
+                kind: kind.as_str().into(),
+                actor: actor.into(),
+                from_state: run.prev_state.map(|s| s.as_str().to_owned()),
+                to_state: Some(run.state.as_str().to_owned()),
+                version: Some(run.version.get()),
+                detail,
+                created_at: run.updated_at,
+            };
+            let hash = entry.chain_hash(row.audit_head.as_deref());
+            sqlx::query(&st.insert_audit)
+                .bind(&entry.namespace)
+                .bind(&entry.key)
+                .bind(entry.seq)
+                .bind(&entry.kind)
+                .bind(&entry.actor)
+                .bind(&entry.from_state)
+                .bind(&entry.to_state)
+                .bind(entry.version)
+                .bind(entry.detail.to_string())
+                .bind(row.audit_head.as_deref())
+                .bind(&hash)
+                .bind(entry.created_at)
+                .execute(&mut **tx)
+                .await?;
+            sqlx::query(&st.set_audit_head)
+                .bind(&entry.namespace)
+                .bind(&entry.key)
+                .bind(&hash)
+                .execute(&mut **tx)
+                .await?;
+            Ok(())
+        }
+
+        pub(crate) async fn fetch(
+            pool: &Pool<$db>,
+            st: &Statements,
+            namespace: &Namespace,
+            key: &IdempotencyKey,
+        ) -> Result<Option<Run>> {
+            sqlx::query_as::<_, RunRow>(&st.fetch)
+                .bind(namespace.as_str())
+                .bind(key.as_str())
+                .fetch_optional(pool)
+                .await?
+                .map(|row| row.to_run())
+                .transpose()
+        }
+
+        fn is_unique_violation(err: &sqlx::Error) -> bool {
+            matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())
+        }
+
+        pub(crate) async fn claim(cx: &Cx<'_>, req: &ClaimRequest) -> Result<ClaimOutcome> {
+            let Cx { write, read, st, now, .. } = *cx;
+            let owner = LeaseOwner::generate();
+            let meta = &req.metadata;
+            let correlation_id = meta
+                .correlation_id
+                .clone()
+                .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+            let mut tx = write.begin().await?;
+            let attempt = sqlx::query_as::<_, RunRow>(&st.claim)
+                .bind(now)
+                .bind(req.namespace.as_str())
+                .bind(req.key.as_str())
+                .bind(req.business_key.as_ref().map(|b| b.as_str()))
+                .bind(req.payload_hash.as_str())
+                .bind(owner.to_hex())
+                .bind(req.lease_ms)
+                .bind(&meta.operation)
+                .bind(&correlation_id)
+                .bind(&meta.workflow_version)
+                .bind(&meta.source_url)
+                .bind(&meta.execution_ref)
+                .bind(&meta.requested_by)
+                .bind(&req.claimed_by)
+                .fetch_optional(&mut *tx)
+                .await;
+            match attempt {
+                Ok(Some(row)) => {
+                    let run = row.to_run()?;
+                    let kind = if run.prev_state.is_some() { Move::Reclaim } else { Move::Claim };
+                    let detail = json!({
+                        "attempt": run.attempts,
+                        "payload_hash": run.payload_hash.as_str(),
+                        "execution_ref": meta.execution_ref,
+                        "lease_ms": req.lease_ms,
+                    });
+                    record(&mut tx, st, &row, &run, kind, &req.claimed_by, detail).await?;
+                    tx.commit().await?;
+                    let lease = Lease { owner, version: run.version };
+                    Ok(ClaimOutcome::Claimed { reclaimed_from: run.prev_state, lease, run })
+                }
+                Ok(None) => {
+                    tx.rollback().await?;
+                    let existing = fetch(read, st, &req.namespace, &req.key)
+                        .await?
+                        .ok_or_else(|| StoreError::Corrupt("claimed row vanished".into()))?;
+                    Ok(ClaimOutcome::for_existing(existing, &req.payload_hash))
+                }
+                Err(err) if is_unique_violation(&err) => {
+                    // The only unique index the claim can hit besides its
+                    // conflict target is the business key's.
+                    tx.rollback().await?;
+                    let holder = sqlx::query_as::<_, RunRow>(&st.fetch_by_business_key)
+                        .bind(req.business_key.as_ref().map(|b| b.as_str()))
+                        .fetch_optional(read)
+                        .await?;
+                    match holder {
+                        Some(row) => Ok(ClaimOutcome::DuplicateOf(row.to_run()?)),
+                        None => Err(StoreError::Database(err)),
+                    }
+                }
+                Err(err) => Err(err.into()),
+            }
+        }
+
+        /// Finishes an owner call: audit and commit on success, otherwise
+        /// explain to the caller why its lease lost the run.
+        async fn conclude(
+            cx: &Cx<'_>,
+            mut tx: Transaction<'static, $db>,
+            call: &OwnerCall,
+            updated: Option<RunRow>,
+            kind: Move,
+            detail: Value,
+        ) -> Result<Moved> {
+            let st = cx.st;
+            let Some(row) = updated else {
+                tx.rollback().await?;
+                let current = fetch(cx.read, st, &call.namespace, &call.key).await?;
+                let why = explain_lost(current.as_ref(), &call.lease, cx.clock_now);
+                return Err(StoreError::LostOwnership { current: current.map(Box::new), why });
+            };
+            let run = row.to_run()?;
+            record(&mut tx, st, &row, &run, kind, &call.actor, detail).await?;
+            tx.commit().await?;
+            let lease = run.lease;
+            Ok(Moved { run, lease })
+        }
+
+        pub(crate) async fn renew(
+            cx: &Cx<'_>,
+            call: &OwnerCall,
+            lease_ms: i64,
+            max_life_ms: i64,
+        ) -> Result<Moved> {
+            let mut tx = cx.write.begin().await?;
+            let updated = sqlx::query_as::<_, RunRow>(&cx.st.renew)
+                .bind(cx.now)
+                .bind(call.namespace.as_str())
+                .bind(call.key.as_str())
+                .bind(call.lease.owner.to_hex())
+                .bind(call.lease.version.get())
+                .bind(lease_ms)
+                .bind(max_life_ms)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let detail = json!({ "lease_ms": lease_ms });
+            conclude(cx, tx, call, updated, Move::Renew, detail).await
+        }
+
+        pub(crate) async fn finish(cx: &Cx<'_>, call: &OwnerCall, mv: &OwnerMove) -> Result<Moved> {
+            let (result, error, reason) = match mv {
+                OwnerMove::Complete { result } => (result.as_ref().map(Value::to_string), None, None),
+                OwnerMove::FailRetryable { error } => (None, Some(error.as_str()), None),
+                OwnerMove::FailTerminal { error } => (None, Some(error.as_str()), Some(error.as_str())),
+            };
+            let detail = json!({ "error": error, "has_result": result.is_some() });
+            let kind = mv.as_move();
+            let mut tx = cx.write.begin().await?;
+            let updated = sqlx::query_as::<_, RunRow>(&cx.st.finish[&kind])
+                .bind(cx.now)
+                .bind(call.namespace.as_str())
+                .bind(call.key.as_str())
+                .bind(call.lease.owner.to_hex())
+                .bind(call.lease.version.get())
+                .bind(result)
+                .bind(error)
+                .bind(reason)
+                .fetch_optional(&mut *tx)
+                .await?;
+            conclude(cx, tx, call, updated, kind, detail).await
+        }
+
+        pub(crate) async fn audit_trail(
+            pool: &Pool<$db>,
+            st: &Statements,
+            namespace: &Namespace,
+            key: &IdempotencyKey,
+        ) -> Result<Vec<AuditRecord>> {
+            sqlx::query_as::<_, AuditRow>(&st.audit_trail)
+                .bind(namespace.as_str())
+                .bind(key.as_str())
+                .fetch_all(pool)
+                .await?
+                .into_iter()
+                .map(AuditRow::into_record)
+                .collect()
+        }
+
+        pub(crate) async fn stored_tokens(pool: &Pool<$db>, st: &Statements) -> Result<Vec<StoredToken>> {
+            let rows = sqlx::query_as::<_, TokenRow>(&st.tokens).fetch_all(pool).await?;
+            Ok(rows.into_iter().map(StoredToken::from).collect())
+        }
+
+        pub(crate) async fn insert_token(
+            pool: &Pool<$db>,
+            st: &Statements,
+            token: &StoredToken,
+            now: Millis,
+        ) -> Result<()> {
+            sqlx::query(&st.insert_token)
+                .bind(&token.digest)
+                .bind(&token.subject)
+                .bind(token.scopes.join(","))
+                .bind(token.roles.join(","))
+                .bind(now)
+                .execute(pool)
+                .await?;
+            Ok(())
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dialects_differ_only_in_time_and_min() {
+        let lite = Statements::new(Dialect::Sqlite);
+        let pg = Statements::new(Dialect::Postgres);
+        assert_eq!(lite.claim.replace("$1", "og_now_ms($1)"), pg.claim);
+        assert_eq!(
+            lite.renew
+                .replace("$1", "og_now_ms($1)")
+                .replace("MIN(", "LEAST("),
+            pg.renew
+        );
+        assert!(lite.finish[&Move::Complete].contains("state IN ('processing')"));
+    }
+}

@@ -1,0 +1,151 @@
+//! The embedded SQLite backend: one node, durable by default.
+//!
+//! Every pooled connection runs in WAL mode with `synchronous=FULL`, a busy
+//! timeout and foreign keys on (set by the connect options, so a connection
+//! the pool opens later gets them too). Writes go through a pool of one
+//! connection, so they queue in the process instead of spinning on
+//! `SQLITE_BUSY`; reads use a separate pool and never wait for writers.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::SqlitePool;
+
+use super::sql::{Dialect, Statements};
+use super::{Result, Store, StoreOptions, StoredToken};
+use crate::audit::AuditRecord;
+use crate::clock::SharedClock;
+use crate::ledger::{
+    ClaimOutcome, ClaimRequest, IdempotencyKey, Moved, Namespace, OwnerCall, OwnerMove, Run,
+};
+
+mod ops {
+    crate::ledger_ops!(sqlx::Sqlite);
+}
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
+
+/// The SQLite store.
+#[derive(Debug)]
+pub struct SqliteStore {
+    write: SqlitePool,
+    read: SqlitePool,
+    st: Statements,
+    clock: SharedClock,
+}
+
+impl SqliteStore {
+    /// Opens the database file a `sqlite://PATH` URL names, creating it.
+    ///
+    /// # Errors
+    /// The URL does not parse, names an in-memory database (two pools would
+    /// see two databases), or the file cannot be opened.
+    pub async fn connect(url: &str, options: StoreOptions) -> Result<Self> {
+        if url.contains(":memory:") || url.contains("mode=memory") {
+            return Err(super::StoreError::UnsupportedUrl(format!(
+                "{url} (in-memory SQLite loses every claim on exit; name a file)"
+            )));
+        }
+        let connect = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_millis(options.busy_timeout_ms))
+            .foreign_keys(true);
+        let write = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(connect.clone())
+            .await?;
+        let read = SqlitePoolOptions::new()
+            .max_connections(options.max_connections.max(1))
+            .connect_with(connect.read_only(false))
+            .await?;
+        Ok(Self {
+            write,
+            read,
+            st: Statements::new(Dialect::Sqlite),
+            clock: options.clock,
+        })
+    }
+
+    /// The pool writes go through (one connection).
+    pub fn write_pool(&self) -> &SqlitePool {
+        &self.write
+    }
+
+    /// The pool reads go through.
+    pub fn read_pool(&self) -> &SqlitePool {
+        &self.read
+    }
+
+    fn now(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    fn cx(&self) -> ops::Cx<'_> {
+        let now = self.now();
+        ops::Cx {
+            write: &self.write,
+            read: &self.read,
+            st: &self.st,
+            now: Some(now),
+            clock_now: now,
+        }
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        MIGRATOR.run(&self.write).await?;
+        Ok(())
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.read).await?;
+        Ok(())
+    }
+
+    async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome> {
+        ops::claim(&self.cx(), req).await
+    }
+
+    async fn renew(&self, call: &OwnerCall, lease_ms: i64, max_life_ms: i64) -> Result<Moved> {
+        ops::renew(&self.cx(), call, lease_ms, max_life_ms).await
+    }
+
+    async fn finish(&self, call: &OwnerCall, mv: &OwnerMove) -> Result<Moved> {
+        ops::finish(&self.cx(), call, mv).await
+    }
+
+    async fn get_run(&self, namespace: &Namespace, key: &IdempotencyKey) -> Result<Option<Run>> {
+        ops::fetch(&self.read, &self.st, namespace, key).await
+    }
+
+    async fn audit_trail(
+        &self,
+        namespace: &Namespace,
+        key: &IdempotencyKey,
+    ) -> Result<Vec<AuditRecord>> {
+        ops::audit_trail(&self.read, &self.st, namespace, key).await
+    }
+
+    async fn stored_tokens(&self) -> Result<Vec<StoredToken>> {
+        ops::stored_tokens(&self.read, &self.st).await
+    }
+
+    async fn insert_token(&self, token: &StoredToken) -> Result<()> {
+        ops::insert_token(&self.write, &self.st, token, self.now()).await
+    }
+
+    async fn close(&self) {
+        self.write.close().await;
+        self.read.close().await;
+    }
+}
