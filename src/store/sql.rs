@@ -452,17 +452,30 @@ macro_rules! ledger_ops {
 mod tests {
     use super::*;
 
+    /// Spells SQLite's `$1` (not `$10`…) as PostgreSQL's clock call.
+    fn as_pg_time(sql: &str) -> String {
+        let mut out = String::new();
+        let mut rest = sql;
+        while let Some(at) = rest.find("$1") {
+            out.push_str(&rest[..at]);
+            let after = &rest[at + 2..];
+            if after.starts_with(|c: char| c.is_ascii_digit()) {
+                out.push_str("$1");
+            } else {
+                out.push_str("og_now_ms($1)");
+            }
+            rest = after;
+        }
+        out.push_str(rest);
+        out
+    }
+
     #[test]
     fn dialects_differ_only_in_time_and_min() {
         let lite = Statements::new(Dialect::Sqlite);
         let pg = Statements::new(Dialect::Postgres);
-        assert_eq!(lite.claim.replace("$1", "og_now_ms($1)"), pg.claim);
-        assert_eq!(
-            lite.renew
-                .replace("$1", "og_now_ms($1)")
-                .replace("MIN(", "LEAST("),
-            pg.renew
-        );
+        assert_eq!(as_pg_time(&lite.claim), pg.claim);
+        assert_eq!(as_pg_time(&lite.renew).replace("MIN(", "LEAST("), pg.renew);
         assert!(lite.finish[&Move::Complete].contains("state IN ('processing')"));
     }
 }
