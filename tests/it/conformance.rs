@@ -1,0 +1,450 @@
+//! The store conformance suite: every test runs against SQLite and
+//! PostgreSQL and expects the same behaviour.
+
+use std::sync::Arc;
+
+use oncegate::audit::verify_chain;
+use oncegate::clock::{Clock, ManualClock, SystemClock};
+use oncegate::ledger::{
+    BusinessKey, ClaimOutcome, ClaimRequest, IdempotencyKey, Lease, Namespace, OwnerCall,
+    OwnerMove, PayloadHash, RunMetadata, RunState,
+};
+use oncegate::store::{SharedStore, StoreError, StoredToken};
+use serde_json::json;
+
+use crate::harness::{on_both_backends, Backend, TestDb};
+
+const START: i64 = 1_800_000_000_000;
+const LEASE: i64 = 30_000;
+const MAX_LIFE: i64 = 90_000;
+
+struct Fixture {
+    db: TestDb,
+    store: SharedStore,
+    clock: Arc<ManualClock>,
+}
+
+async fn fixture(backend: Backend) -> Fixture {
+    let db = TestDb::new(backend).await;
+    let clock = Arc::new(ManualClock::new(START));
+    let store = db.manual_store(clock.clone()).await;
+    Fixture { db, store, clock }
+}
+
+fn request(key: &str, payload: &str) -> ClaimRequest {
+    ClaimRequest {
+        namespace: Namespace::parse("stripe").unwrap(),
+        key: IdempotencyKey::parse(key).unwrap(),
+        business_key: None,
+        payload_hash: PayloadHash::of_bytes(payload.as_bytes()),
+        lease_ms: LEASE,
+        metadata: RunMetadata {
+            execution_ref: Some("exec-1".into()),
+            ..RunMetadata::default()
+        },
+        claimed_by: "n8n".into(),
+    }
+}
+
+fn call(key: &str, lease: Lease) -> OwnerCall {
+    OwnerCall {
+        namespace: Namespace::parse("stripe").unwrap(),
+        key: IdempotencyKey::parse(key).unwrap(),
+        lease,
+        actor: "n8n".into(),
+    }
+}
+
+fn claimed(outcome: ClaimOutcome) -> (oncegate::ledger::Run, Lease) {
+    match outcome {
+        ClaimOutcome::Claimed { run, lease, .. } => (run, lease),
+        other => panic!("expected a claim, got {other:?}"),
+    }
+}
+
+fn assert_lost(result: Result<oncegate::ledger::Moved, StoreError>) -> String {
+    match result {
+        Err(StoreError::LostOwnership { why, .. }) => why,
+        other => panic!("expected LostOwnership, got {other:?}"),
+    }
+}
+
+on_both_backends!(
+    claim_complete_then_duplicate_gets_result,
+    live_lease_is_in_flight,
+    stale_owner_is_refused_after_reclaim,
+    failed_retryable_reclaim_needs_same_payload,
+    terminal_and_waiting_states_are_never_reclaimed,
+    illegal_owner_moves_are_refused,
+    renewal_is_capped_by_max_lease_life,
+    payload_conflict_changes_nothing,
+    business_key_clash_answers_duplicate_of,
+    audit_chain_covers_every_move,
+    tokens_round_trip,
+);
+
+async fn claim_complete_then_duplicate_gets_result(backend: Backend) {
+    let f = fixture(backend).await;
+    let (run, lease) = claimed(f.store.claim(&request("evt_1", "a")).await.unwrap());
+    assert_eq!(run.state, RunState::Processing);
+    assert_eq!(run.version.get(), 1);
+    assert_eq!(run.lease_expires_at, Some(START + LEASE));
+    assert_eq!(run.metadata.execution_ref.as_deref(), Some("exec-1"));
+    assert!(!run.correlation_id().is_empty());
+
+    let moved = f
+        .store
+        .finish(
+            &call("evt_1", lease),
+            &OwnerMove::Complete {
+                result: Some(json!({"sent": 1})),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(moved.run.state, RunState::Completed);
+    assert_eq!(moved.run.version.get(), 2);
+    assert!(moved.lease.is_none());
+
+    match f.store.claim(&request("evt_1", "a")).await.unwrap() {
+        ClaimOutcome::Duplicate(run) => assert_eq!(run.result, Some(json!({"sent": 1}))),
+        other => panic!("expected duplicate, got {other:?}"),
+    }
+}
+
+async fn live_lease_is_in_flight(backend: Backend) {
+    let f = fixture(backend).await;
+    claimed(f.store.claim(&request("evt_1", "a")).await.unwrap());
+    f.clock.advance_ms(LEASE - 1);
+    match f.store.claim(&request("evt_1", "a")).await.unwrap() {
+        ClaimOutcome::InFlight(run) => assert_eq!(run.version.get(), 1),
+        other => panic!("expected in flight, got {other:?}"),
+    }
+}
+
+async fn stale_owner_is_refused_after_reclaim(backend: Backend) {
+    let f = fixture(backend).await;
+    let (_, first) = claimed(f.store.claim(&request("evt_1", "a")).await.unwrap());
+    f.clock.advance_ms(LEASE);
+    let outcome = f.store.claim(&request("evt_1", "a")).await.unwrap();
+    let ClaimOutcome::Claimed {
+        run,
+        lease: second,
+        reclaimed_from,
+    } = outcome
+    else {
+        panic!("expired lease must be reclaimable, got {outcome:?}");
+    };
+    assert_eq!(reclaimed_from, Some(RunState::Processing), "a lease steal");
+    assert_eq!(run.version.get(), 2, "reclaim bumps the fencing version");
+    assert_eq!(run.attempts, 2);
+    assert_ne!(first.owner, second.owner);
+
+    let why = assert_lost(
+        f.store
+            .finish(&call("evt_1", first), &OwnerMove::Complete { result: None })
+            .await,
+    );
+    assert!(why.contains("another owner"), "{why}");
+    assert_lost(f.store.renew(&call("evt_1", first), LEASE, MAX_LIFE).await);
+    let run = f
+        .store
+        .get_run(&run.namespace, &run.key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(run.state, RunState::Processing);
+    assert_eq!(run.version.get(), 2, "the stale owner changed nothing");
+
+    f.store
+        .finish(
+            &call("evt_1", second),
+            &OwnerMove::Complete { result: None },
+        )
+        .await
+        .unwrap();
+}
+
+async fn failed_retryable_reclaim_needs_same_payload(backend: Backend) {
+    let f = fixture(backend).await;
+    let (_, lease) = claimed(f.store.claim(&request("evt_1", "a")).await.unwrap());
+    let moved = f
+        .store
+        .finish(
+            &call("evt_1", lease),
+            &OwnerMove::FailRetryable {
+                error: "timeout".into(),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(moved.run.state, RunState::FailedRetryable);
+    assert_eq!(moved.run.last_error.as_deref(), Some("timeout"));
+
+    match f.store.claim(&request("evt_1", "b")).await.unwrap() {
+        ClaimOutcome::Conflict(run) => assert_eq!(run.state, RunState::FailedRetryable),
+        other => panic!("a different payload must conflict, got {other:?}"),
+    }
+    let outcome = f.store.claim(&request("evt_1", "a")).await.unwrap();
+    let ClaimOutcome::Claimed {
+        run,
+        reclaimed_from,
+        ..
+    } = outcome
+    else {
+        panic!("same payload must reclaim, got {outcome:?}");
+    };
+    assert_eq!(reclaimed_from, Some(RunState::FailedRetryable));
+    assert_eq!(run.version.get(), 3);
+}
+
+async fn terminal_and_waiting_states_are_never_reclaimed(backend: Backend) {
+    let f = fixture(backend).await;
+    for state in [
+        "completed",
+        "failed_terminal",
+        "awaiting_human",
+        "approved",
+        "dead_lettered",
+    ] {
+        let key = format!("evt_{state}");
+        claimed(f.store.claim(&request(&key, "a")).await.unwrap());
+        // No API moves a run into some of these states yet: set them
+        // directly, with a lease that has long expired.
+        f.db.exec(&format!(
+            "UPDATE runs SET state = '{state}', lease_expires_at = 0 WHERE run_key = '{key}'"
+        ))
+        .await;
+        f.clock.advance_ms(LEASE * 10);
+        let outcome = f.store.claim(&request(&key, "a")).await.unwrap();
+        assert!(
+            !matches!(outcome, ClaimOutcome::Claimed { .. }),
+            "{state} must never be reclaimed, got {outcome:?}"
+        );
+        let expected = match state {
+            "completed" => "duplicate",
+            "failed_terminal" | "dead_lettered" => "finished",
+            _ => "in_flight",
+        };
+        assert_eq!(outcome.label(), expected, "{state}");
+    }
+}
+
+async fn illegal_owner_moves_are_refused(backend: Backend) {
+    let f = fixture(backend).await;
+    let (_, lease) = claimed(f.store.claim(&request("evt_1", "a")).await.unwrap());
+    let done = f
+        .store
+        .finish(
+            &call("evt_1", lease),
+            &OwnerMove::FailTerminal {
+                error: "invalid".into(),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.run.state, RunState::FailedTerminal);
+    assert_eq!(done.run.reason.as_deref(), Some("invalid"));
+    let next = Lease {
+        owner: lease.owner,
+        version: done.run.version,
+    };
+    for mv in [
+        OwnerMove::Complete { result: None },
+        OwnerMove::FailRetryable { error: "x".into() },
+        OwnerMove::FailTerminal { error: "x".into() },
+    ] {
+        for l in [lease, next] {
+            let why = assert_lost(f.store.finish(&call("evt_1", l), &mv).await);
+            assert!(why.contains("failed_terminal"), "{why}");
+        }
+    }
+    assert_lost(f.store.renew(&call("evt_1", next), LEASE, MAX_LIFE).await);
+    // A lease for a key that does not exist.
+    assert_lost(
+        f.store
+            .renew(&call("evt_none", lease), LEASE, MAX_LIFE)
+            .await,
+    );
+    match f.store.claim(&request("evt_1", "a")).await.unwrap() {
+        ClaimOutcome::Finished(run) => assert_eq!(run.version, done.run.version),
+        other => panic!("expected finished, got {other:?}"),
+    }
+}
+
+async fn renewal_is_capped_by_max_lease_life(backend: Backend) {
+    let f = fixture(backend).await;
+    let (_, mut lease) = claimed(f.store.claim(&request("evt_1", "a")).await.unwrap());
+    for _ in 0..2 {
+        f.clock.advance_ms(LEASE - 1_000);
+        let moved = f
+            .store
+            .renew(&call("evt_1", lease), LEASE, MAX_LIFE)
+            .await
+            .unwrap();
+        assert!(
+            moved.run.version > lease.version,
+            "renewal bumps the version"
+        );
+        lease = moved.lease.unwrap();
+    }
+    // 58 s in; a 30 s renewal is allowed but capped at 90 s of total life.
+    f.clock.advance_ms(LEASE - 1_000);
+    let moved = f
+        .store
+        .renew(&call("evt_1", lease), LEASE, MAX_LIFE)
+        .await
+        .unwrap();
+    assert_eq!(moved.run.lease_expires_at, Some(START + MAX_LIFE));
+    lease = moved.lease.unwrap();
+    f.clock.advance_ms(MAX_LIFE - 3 * (LEASE - 1_000));
+    let why = assert_lost(f.store.renew(&call("evt_1", lease), LEASE, MAX_LIFE).await);
+    assert!(why.contains("expired"), "{why}");
+}
+
+async fn payload_conflict_changes_nothing(backend: Backend) {
+    let f = fixture(backend).await;
+    let (before, _) = claimed(f.store.claim(&request("evt_1", "a")).await.unwrap());
+    f.clock.advance_ms(LEASE * 2);
+    match f.store.claim(&request("evt_1", "b")).await.unwrap() {
+        ClaimOutcome::Conflict(_) => {}
+        other => panic!("expected conflict, got {other:?}"),
+    }
+    let after = f
+        .store
+        .get_run(&before.namespace, &before.key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(after, before);
+    let trail = f
+        .store
+        .audit_trail(&before.namespace, &before.key)
+        .await
+        .unwrap();
+    assert_eq!(trail.len(), 1, "a conflict writes nothing");
+}
+
+async fn business_key_clash_answers_duplicate_of(backend: Backend) {
+    let f = fixture(backend).await;
+    let mut first = request("evt_1", "a");
+    first.business_key = Some(BusinessKey::parse("refund:order-7:v1").unwrap());
+    claimed(f.store.claim(&first).await.unwrap());
+    let mut second = request("evt_2", "b");
+    second.namespace = Namespace::parse("crm").unwrap();
+    second.business_key = first.business_key.clone();
+    match f.store.claim(&second).await.unwrap() {
+        ClaimOutcome::DuplicateOf(holder) => {
+            assert_eq!(holder.key.as_str(), "evt_1");
+            assert_eq!(holder.namespace.as_str(), "stripe");
+        }
+        other => panic!("expected duplicate_of, got {other:?}"),
+    }
+    assert!(f
+        .store
+        .get_run(&second.namespace, &second.key)
+        .await
+        .unwrap()
+        .is_none());
+}
+
+async fn audit_chain_covers_every_move(backend: Backend) {
+    let f = fixture(backend).await;
+    let (run, lease) = claimed(f.store.claim(&request("evt_1", "a")).await.unwrap());
+    let renewed = f
+        .store
+        .renew(&call("evt_1", lease), LEASE, MAX_LIFE)
+        .await
+        .unwrap();
+    f.store
+        .finish(
+            &call("evt_1", renewed.lease.unwrap()),
+            &OwnerMove::Complete { result: None },
+        )
+        .await
+        .unwrap();
+    let trail = f.store.audit_trail(&run.namespace, &run.key).await.unwrap();
+    let kinds: Vec<&str> = trail.iter().map(|r| r.entry.kind.as_str()).collect();
+    assert_eq!(kinds, ["claim", "renew", "complete"]);
+    assert_eq!(trail[2].entry.from_state.as_deref(), Some("processing"));
+    assert_eq!(trail[2].entry.to_state.as_deref(), Some("completed"));
+    assert_eq!(trail[0].entry.actor, "n8n");
+    verify_chain(&trail).unwrap();
+
+    f.db.exec("UPDATE audit_events SET actor = 'mallory' WHERE seq = 2")
+        .await;
+    let tampered = f.store.audit_trail(&run.namespace, &run.key).await.unwrap();
+    assert_eq!(verify_chain(&tampered), Err(2));
+}
+
+async fn tokens_round_trip(backend: Backend) {
+    let f = fixture(backend).await;
+    let token = StoredToken {
+        digest: format!("sha256:{}", "ab".repeat(32)),
+        subject: "admin".into(),
+        scopes: vec!["admin".into()],
+        roles: vec!["finance".into()],
+    };
+    f.store.insert_token(&token).await.unwrap();
+    f.store.insert_token(&token).await.unwrap();
+    assert_eq!(f.store.stored_tokens().await.unwrap(), vec![token]);
+}
+
+#[tokio::test]
+async fn sqlite_sets_wal_and_full_sync_on_every_pooled_connection() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let options = oncegate::store::StoreOptions {
+        max_connections: 4,
+        busy_timeout_ms: 5_000,
+        clock: Arc::new(SystemClock),
+        use_db_clock: false,
+    };
+    let store = oncegate::store::sqlite::SqliteStore::connect(&db.url, options)
+        .await
+        .unwrap();
+    let mut held = Vec::new();
+    // Hold every connection at once so each one is a distinct connection.
+    held.push(store.write_pool().acquire().await.unwrap());
+    for _ in 0..4 {
+        held.push(store.read_pool().acquire().await.unwrap());
+    }
+    for conn in &mut held {
+        let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(&mut **conn)
+            .await
+            .unwrap();
+        let sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_one(&mut **conn)
+            .await
+            .unwrap();
+        let fk: i64 = sqlx::query_scalar("PRAGMA foreign_keys")
+            .fetch_one(&mut **conn)
+            .await
+            .unwrap();
+        let busy: i64 = sqlx::query_scalar("PRAGMA busy_timeout")
+            .fetch_one(&mut **conn)
+            .await
+            .unwrap();
+        assert_eq!(mode, "wal");
+        assert_eq!(sync, 2, "synchronous=FULL");
+        assert_eq!(fk, 1);
+        assert_eq!(busy, 5_000);
+    }
+}
+
+#[tokio::test]
+async fn postgres_compares_leases_with_the_database_clock() {
+    let db = TestDb::new(Backend::Postgres).await;
+    // The process clock says 1970; the database's clock must win.
+    let skewed = Arc::new(ManualClock::new(0));
+    let store = db.store(skewed, true).await;
+    let (run, _) = claimed(store.claim(&request("evt_1", "a")).await.unwrap());
+    let real_now = SystemClock.now_ms();
+    let started = run.lease_started_at.unwrap();
+    assert!(
+        (started - real_now).abs() < 60_000,
+        "lease started at {started}, now {real_now}"
+    );
+    assert_eq!(run.lease_expires_at, Some(started + LEASE));
+    store.close().await;
+}

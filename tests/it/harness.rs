@@ -1,0 +1,399 @@
+//! Test harness: fresh databases, in-process apps and real binaries.
+//!
+//! PostgreSQL tests each get a database cloned from a migrated template
+//! (named by a hash of the migration files, built once under an advisory
+//! lock) and dropped afterwards, so tests run in parallel without sharing
+//! rows and the server never runs out of connections.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use oncegate::api::auth::{digest, generate_token};
+use oncegate::cli;
+use oncegate::clock::{ManualClock, SharedClock, SystemClock};
+use oncegate::config::{Config, Scope, TokenConfig};
+use oncegate::store::{self, SharedStore, StoreOptions};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use sqlx::Connection;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// Which backend a test runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// The PostgreSQL server tests use (the maintenance database).
+pub fn pg_admin_url() -> String {
+    std::env::var("ONCEGATE_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+fn pg_url_for(db: &str) -> String {
+    let admin = pg_admin_url();
+    let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
+    format!("{base}/{db}")
+}
+
+fn migrations_hash() -> String {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("migrations/postgres");
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let mut hasher = Sha256::new();
+    for f in files {
+        hasher.update(std::fs::read(f).unwrap());
+    }
+    hex::encode(&hasher.finalize()[..6])
+}
+
+/// A database that exists for one test.
+pub struct TestDb {
+    pub backend: Backend,
+    pub url: String,
+    pg_name: Option<String>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestDb {
+    pub async fn new(backend: Backend) -> Self {
+        match backend {
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().unwrap();
+                let url = format!("sqlite://{}", dir.path().join("oncegate.db").display());
+                Self {
+                    backend,
+                    url,
+                    pg_name: None,
+                    _dir: Some(dir),
+                }
+            }
+            Backend::Postgres => {
+                let name = format!("og_test_{}", uuid::Uuid::new_v4().simple());
+                create_pg_database(&name).await;
+                Self {
+                    backend,
+                    url: pg_url_for(&name),
+                    pg_name: Some(name),
+                    _dir: None,
+                }
+            }
+        }
+    }
+
+    /// A store on this database with a hand-moved clock (also for
+    /// PostgreSQL, whose lease times then come from the clock, not `now()`).
+    pub async fn manual_store(&self, clock: Arc<ManualClock>) -> SharedStore {
+        self.store(clock, false).await
+    }
+
+    pub async fn store(&self, clock: SharedClock, use_db_clock: bool) -> SharedStore {
+        let options = StoreOptions {
+            max_connections: 3,
+            busy_timeout_ms: 5_000,
+            clock,
+            use_db_clock,
+        };
+        let store = store::connect(&self.url, options).await.unwrap();
+        store.migrate().await.unwrap();
+        store
+    }
+
+    /// Runs raw SQL, for tests that need a state no API reaches yet.
+    pub async fn exec(&self, sql: &str) {
+        match self.backend {
+            Backend::Sqlite => {
+                let mut c = sqlx::SqliteConnection::connect(&self.url).await.unwrap();
+                sqlx::query(sql).execute(&mut c).await.unwrap();
+                c.close().await.unwrap();
+            }
+            Backend::Postgres => {
+                let mut c = sqlx::PgConnection::connect(&self.url).await.unwrap();
+                sqlx::query(sql).execute(&mut c).await.unwrap();
+                c.close().await.unwrap();
+            }
+        }
+    }
+
+    /// Counts rows with a raw `SELECT COUNT(*) …`.
+    pub async fn count(&self, sql: &str) -> i64 {
+        match self.backend {
+            Backend::Sqlite => {
+                let mut c = sqlx::SqliteConnection::connect(&self.url).await.unwrap();
+                let n: i64 = sqlx::query_scalar(sql).fetch_one(&mut c).await.unwrap();
+                c.close().await.unwrap();
+                n
+            }
+            Backend::Postgres => {
+                let mut c = sqlx::PgConnection::connect(&self.url).await.unwrap();
+                let n: i64 = sqlx::query_scalar(sql).fetch_one(&mut c).await.unwrap();
+                c.close().await.unwrap();
+                n
+            }
+        }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let Some(name) = self.pg_name.take() else {
+            return;
+        };
+        // Drop runs outside any runtime guarantee: use a thread of our own.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                if let Ok(mut c) = sqlx::PgConnection::connect(&pg_admin_url()).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut c)
+                        .await;
+                    let _ = c.close().await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+async fn create_pg_database(name: &str) {
+    let template = format!("og_tpl_{}", migrations_hash());
+    let mut admin = sqlx::PgConnection::connect(&pg_admin_url())
+        .await
+        .expect("PostgreSQL must run on 127.0.0.1:5432 (scripts/test starts it)");
+    sqlx::query("SELECT pg_advisory_lock(727274)")
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = $1")
+        .bind(&template)
+        .fetch_optional(&mut admin)
+        .await
+        .unwrap();
+    if exists.is_none() {
+        let building = format!("{template}_building");
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {building} WITH (FORCE)"))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        sqlx::query(&format!("CREATE DATABASE {building}"))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        let options = StoreOptions {
+            max_connections: 1,
+            busy_timeout_ms: 1_000,
+            clock: Arc::new(SystemClock),
+            use_db_clock: true,
+        };
+        let store = store::connect(&pg_url_for(&building), options)
+            .await
+            .unwrap();
+        store.migrate().await.unwrap();
+        store.close().await;
+        retry_while_in_use(
+            &mut admin,
+            &building,
+            &format!("ALTER DATABASE {building} RENAME TO {template}"),
+        )
+        .await;
+    }
+    retry_while_in_use(
+        &mut admin,
+        &template,
+        &format!("CREATE DATABASE {name} TEMPLATE {template}"),
+    )
+    .await;
+    sqlx::query("SELECT pg_advisory_unlock(727274)")
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    admin.close().await.unwrap();
+}
+
+/// Runs DDL that needs `db` to have no sessions, ending any that linger
+/// (a closed pool's backends exit asynchronously).
+async fn retry_while_in_use(admin: &mut sqlx::PgConnection, db: &str, ddl: &str) {
+    for attempt in 0.. {
+        match sqlx::query(ddl).execute(&mut *admin).await {
+            Ok(_) => return,
+            Err(sqlx::Error::Database(e))
+                if e.code().as_deref() == Some("55006") && attempt < 50 =>
+            {
+                sqlx::query(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1",
+                )
+                .bind(db)
+                .execute(&mut *admin)
+                .await
+                .unwrap();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("{ddl}: {e}"),
+        }
+    }
+}
+
+/// A token and the config entry that accepts it.
+pub fn token(subject: &str, scopes: &[Scope]) -> (String, TokenConfig) {
+    let token = generate_token();
+    let entry = TokenConfig {
+        subject: subject.into(),
+        digest: digest(&token),
+        scopes: scopes.to_vec(),
+        roles: vec![],
+    };
+    (token, entry)
+}
+
+/// An app served in-process on 127.0.0.1:0.
+pub struct TestApp {
+    pub base: String,
+    pub client: reqwest::Client,
+    /// A token with the workflow scope.
+    pub workflow: String,
+    /// A token with the operator scope only.
+    pub operator: String,
+    /// A token with the approver scope only.
+    pub approver: String,
+    pub store: SharedStore,
+    pub db: TestDb,
+    shutdown: CancellationToken,
+    server: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TestApp {
+    pub async fn spawn(backend: Backend) -> Self {
+        Self::spawn_with(backend, |_| {}).await
+    }
+
+    pub async fn spawn_with(backend: Backend, adjust: impl FnOnce(&mut Config)) -> Self {
+        let db = TestDb::new(backend).await;
+        let (workflow, wf_entry) = token("n8n", &[Scope::Workflow]);
+        let (operator, op_entry) = token("ops", &[Scope::Operator]);
+        let (approver, ap_entry) = token("alice", &[Scope::Approver]);
+        let mut config = Config::default();
+        config.database.url = db.url.clone();
+        config.database.max_connections = 3;
+        config.tokens = vec![wf_entry, op_entry, ap_entry];
+        config.server.listen = "127.0.0.1:0".parse().unwrap();
+        adjust(&mut config);
+        let clock: SharedClock = Arc::new(SystemClock);
+        let store = db.store(clock.clone(), true).await;
+        let (state, bootstrap) = cli::build_state(config, store.clone(), clock)
+            .await
+            .unwrap();
+        assert!(
+            bootstrap.is_none(),
+            "configured tokens must suppress the bootstrap token"
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        let server = tokio::spawn(async move {
+            cli::run_server(listener, state, stop).await.unwrap();
+        });
+        Self {
+            base,
+            client: reqwest::Client::new(),
+            workflow,
+            operator,
+            approver,
+            store,
+            db,
+            shutdown,
+            server: Some(server),
+        }
+    }
+
+    /// POSTs JSON with a bearer token; returns status and parsed body.
+    pub async fn post(&self, path: &str, token: Option<&str>, body: &Value) -> (u16, Value) {
+        let mut req = self.client.post(format!("{}{path}", self.base)).json(body);
+        if let Some(token) = token {
+            req = req.bearer_auth(token);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let body = resp.json().await.unwrap_or(Value::Null);
+        (status, body)
+    }
+
+    pub async fn claim(&self, body: Value) -> (u16, Value) {
+        self.post("/v1/claims", Some(&self.workflow), &body).await
+    }
+
+    pub async fn get_run(&self, namespace: &str, key: &str) -> (u16, Value) {
+        let resp = self
+            .client
+            .get(format!("{}/v1/runs", self.base))
+            .query(&[("namespace", namespace), ("key", key)])
+            .bearer_auth(&self.workflow)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(server) = self.server.take() {
+            server.await.unwrap();
+        }
+        self.store.close().await;
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// Polls `check` until it returns `Some` or the deadline passes.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Expands one async test body into a SQLite and a PostgreSQL test.
+macro_rules! on_both_backends {
+    ($($name:ident),+ $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::harness::Backend::Sqlite).await
+                }
+            )+
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::harness::Backend::Postgres).await
+                }
+            )+
+        }
+    };
+}
+pub(crate) use on_both_backends;
