@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{self, AppState, Authenticator};
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::{Config, LogFormat, Scope};
+use crate::ingress::Sources;
 use crate::ledger::{IdempotencyKey, Namespace};
 use crate::ops::Metrics;
 use crate::store::{self, SharedStore, StoreOptions, StoredToken};
@@ -230,7 +231,9 @@ pub async fn build_state(
         Vec::new()
     };
     let auth = Authenticator::new(&config.tokens, &stored);
+    let sources = Sources::prepare(&config).map_err(anyhow::Error::msg)?;
     let state = AppState {
+        sources: Arc::new(sources),
         store,
         auth: Arc::new(auth),
         metrics: Arc::new(Metrics::new()),

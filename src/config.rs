@@ -10,6 +10,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::ingress::{KeyTemplate, Locator, SchemeName, SourceConfig};
+use crate::outbox::TargetConfig;
+
 /// Errors found while loading or checking the configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -50,7 +53,7 @@ impl ConfigError {
 }
 
 /// The whole configuration.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// HTTP server settings.
@@ -63,6 +66,10 @@ pub struct Config {
     pub log: LogConfig,
     /// API tokens, by digest.
     pub tokens: Vec<TokenConfig>,
+    /// Where effects may be sent (the allow-list).
+    pub targets: Vec<TargetConfig>,
+    /// Webhook providers accepted at `POST /hooks/{name}`.
+    pub sources: Vec<SourceConfig>,
 }
 
 /// `[server]`.
@@ -338,7 +345,122 @@ impl Config {
         }
         tracing_subscriber::EnvFilter::try_new(&self.log.level)
             .map_err(|e| ConfigError::field("log.level", e.to_string()))?;
-        self.validate_tokens()
+        self.validate_tokens()?;
+        self.validate_targets()?;
+        self.validate_sources()
+    }
+
+    /// The target with this name.
+    pub fn target(&self, name: &str) -> Option<&TargetConfig> {
+        self.targets.iter().find(|t| t.name == name)
+    }
+
+    /// The source with this name.
+    pub fn source(&self, name: &str) -> Option<&SourceConfig> {
+        self.sources.iter().find(|s| s.name == name)
+    }
+
+    fn validate_targets(&self) -> Result<(), ConfigError> {
+        let mut seen = std::collections::HashSet::new();
+        for (i, target) in self.targets.iter().enumerate() {
+            let at = format!("targets[{i}]");
+            target
+                .validate(&at)
+                .map_err(|(field, message)| ConfigError::field(field, message))?;
+            if !seen.insert(&target.name) {
+                return Err(ConfigError::field(
+                    format!("{at}.name"),
+                    format!("{:?} is used twice", target.name),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_sources(&self) -> Result<(), ConfigError> {
+        let mut seen = std::collections::HashSet::new();
+        for (i, source) in self.sources.iter().enumerate() {
+            let at = |f: &str| format!("sources[{i}].{f}");
+            if crate::ledger::Namespace::parse(source.name.clone()).is_err()
+                || !source
+                    .name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            {
+                return Err(ConfigError::field(
+                    at("name"),
+                    "must be 1-64 letters, digits, '_' or '-'",
+                ));
+            }
+            if !seen.insert(&source.name) {
+                return Err(ConfigError::field(
+                    at("name"),
+                    format!("{:?} is used twice", source.name),
+                ));
+            }
+            let target = self.target(&source.target).ok_or_else(|| {
+                ConfigError::field(
+                    at("target"),
+                    format!("no [[targets]] entry is named {:?}", source.target),
+                )
+            })?;
+            target
+                .join(&source.path)
+                .map_err(|e| ConfigError::field(at("path"), e))?;
+            match source.scheme {
+                SchemeName::None if !source.secrets.is_empty() => {
+                    return Err(ConfigError::field(
+                        at("secrets"),
+                        "scheme \"none\" verifies nothing; remove the secrets or pick a scheme",
+                    ));
+                }
+                SchemeName::None => {}
+                _ => {
+                    let secrets = source
+                        .resolved_secrets()
+                        .map_err(|e| ConfigError::field(at("secrets"), e))?;
+                    if secrets.is_empty() {
+                        return Err(ConfigError::field(
+                            at("secrets"),
+                            "a signing scheme needs at least one secret",
+                        ));
+                    }
+                }
+            }
+            if source.scheme == SchemeName::Hmac && source.hmac.is_none() {
+                return Err(ConfigError::field(
+                    at("hmac"),
+                    "scheme \"hmac\" needs [sources.hmac] with its header",
+                ));
+            }
+            let id = source.event_id_locator().ok_or_else(|| {
+                ConfigError::field(
+                    at("event_id"),
+                    "this scheme has no default: give \"/pointer\" or \"header:Name\"",
+                )
+            })?;
+            Locator::parse(&id).map_err(|e| ConfigError::field(at("event_id"), e))?;
+            if let Some(kind) = source.event_type_locator() {
+                Locator::parse(&kind).map_err(|e| ConfigError::field(at("event_type"), e))?;
+            }
+            if let Some(template) = &source.business_key {
+                KeyTemplate::parse(template)
+                    .map_err(|e| ConfigError::field(at("business_key"), e))?;
+            }
+            if !(0..=86_400).contains(&source.tolerance_secs) {
+                return Err(ConfigError::field(
+                    at("tolerance_secs"),
+                    "must be between 0 and 86400",
+                ));
+            }
+            if source.max_body_bytes < 1024 {
+                return Err(ConfigError::field(
+                    at("max_body_bytes"),
+                    "must be at least 1024",
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn validate_tokens(&self) -> Result<(), ConfigError> {

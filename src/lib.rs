@@ -40,6 +40,8 @@ pub mod audit;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod ingress;
 pub mod ledger;
 pub mod ops;
+pub mod outbox;
 pub mod store;

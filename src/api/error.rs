@@ -29,6 +29,12 @@ pub enum ApiError {
     /// No valid bearer token.
     #[error("a valid bearer token is required")]
     Unauthorized,
+    /// A webhook's signature was refused.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// The event is still being handled; the caller should retry later.
+    #[error("{0}")]
+    InFlight(String),
     /// The token lacks the scope the route needs.
     #[error("this token's scopes do not include {needed}")]
     Forbidden {
@@ -84,7 +90,8 @@ impl ApiError {
     fn status(&self) -> StatusCode {
         match self {
             Self::Invalid { .. } => StatusCode::BAD_REQUEST,
-            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Unauthorized | Self::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            Self::InFlight(_) => StatusCode::CONFLICT,
             Self::Forbidden { .. } => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::LostOwnership { .. } => StatusCode::CONFLICT,
@@ -99,6 +106,8 @@ impl ApiError {
         match self {
             Self::Invalid { .. } => "invalid-request",
             Self::Unauthorized => "unauthorized",
+            Self::Unauthenticated(_) => "signature-refused",
+            Self::InFlight(_) => "in-flight",
             Self::Forbidden { .. } => "forbidden",
             Self::NotFound(_) => "not-found",
             Self::LostOwnership { .. } => "lease-lost",

@@ -18,6 +18,7 @@ use tower_http::trace::TraceLayer;
 
 use crate::clock::SharedClock;
 use crate::config::Config;
+use crate::ingress::Sources;
 use crate::ops::Metrics;
 use crate::store::SharedStore;
 
@@ -45,6 +46,8 @@ pub struct AppState {
     pub config: Arc<Config>,
     /// The injected clock.
     pub clock: SharedClock,
+    /// Webhook sources, prepared at start.
+    pub sources: Arc<Sources>,
 }
 
 /// The whole HTTP application.
@@ -53,6 +56,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(claims::router(state.clone()))
         .merge(runs::router(state.clone()))
+        .merge(crate::ingress::router())
         .merge(health::router())
         .merge(openapi::router())
         .layer(middleware::from_fn_with_state(state.clone(), timeout))

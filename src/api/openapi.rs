@@ -18,6 +18,7 @@ use super::AppState;
         super::runs::complete,
         super::runs::fail,
         super::runs::get_run,
+        crate::ingress::receive,
         super::health::healthz,
         super::health::readyz,
         super::health::metrics,
@@ -26,6 +27,7 @@ use super::AppState;
     modifiers(&BearerAuth),
     tags(
         (name = "ledger", description = "Claims and the owner's moves"),
+        (name = "ingress", description = "Signed webhook deliveries"),
         (name = "ops", description = "Health, readiness, metrics"),
     )
 )]

@@ -17,6 +17,10 @@ pub struct Metrics {
     pub lease_steals: IntCounterVec,
     /// Claims refused because the payload hash differed.
     pub payload_conflicts: IntCounterVec,
+    /// Webhook deliveries whose signature was refused, by source.
+    pub signature_failures: IntCounterVec,
+    /// Webhook deliveries by source, event type and claim outcome.
+    pub ingress_events: IntCounterVec,
 }
 
 impl Metrics {
@@ -48,6 +52,16 @@ impl Metrics {
                 "oncegate_payload_conflicts_total",
                 "Claims refused because the same key came with a different payload.",
                 &["namespace"],
+            ),
+            signature_failures: counter(
+                "oncegate_signature_failures_total",
+                "Webhook deliveries refused for their signature, by source.",
+                &["source"],
+            ),
+            ingress_events: counter(
+                "oncegate_ingress_events_total",
+                "Verified webhook deliveries by source, event type and claim outcome.",
+                &["source", "event_type", "outcome"],
             ),
             registry,
         }

@@ -19,9 +19,11 @@ use async_trait::async_trait;
 
 use crate::audit::AuditRecord;
 use crate::clock::SharedClock;
+use crate::ingress::RawEvent;
 use crate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Moved, Namespace, OwnerCall, OwnerMove, Run,
 };
+use crate::outbox::{Effect, NewEffect};
 
 pub mod postgres;
 mod row;
@@ -108,6 +110,33 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// # Errors
     /// [`StoreError::LostOwnership`] when the lease is not live and current.
     async fn finish(&self, call: &OwnerCall, mv: &OwnerMove) -> Result<Moved>;
+
+    /// Accepts a webhook delivery: claims its ingress run and, in the same
+    /// transaction, moves it to `approved`, stores the raw event and
+    /// inserts the forward effect. A claim that does not win changes
+    /// nothing and returns its answer as [`Store::claim`] would.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure.
+    async fn accept_event(
+        &self,
+        req: &ClaimRequest,
+        event: &RawEvent,
+        forward: &NewEffect,
+    ) -> Result<ClaimOutcome>;
+
+    /// Stores a delivery whose body conflicts with the run's payload as
+    /// evidence (never forwarded) and records a `payload_conflict` dead letter.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure.
+    async fn quarantine_event(&self, event: &RawEvent, run: &Run) -> Result<()>;
+
+    /// A run's effects, oldest first.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure.
+    async fn effects_of(&self, namespace: &Namespace, key: &IdempotencyKey) -> Result<Vec<Effect>>;
 
     /// Reads one run.
     ///

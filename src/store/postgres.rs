@@ -16,9 +16,11 @@ use super::sql::{Dialect, Statements};
 use super::{Result, Store, StoreOptions, StoredToken};
 use crate::audit::AuditRecord;
 use crate::clock::SharedClock;
+use crate::ingress::RawEvent;
 use crate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Moved, Namespace, OwnerCall, OwnerMove, Run,
 };
+use crate::outbox::{Effect, NewEffect};
 
 mod ops {
     crate::ledger_ops!(sqlx::Postgres);
@@ -102,6 +104,23 @@ impl Store for PgStore {
 
     async fn finish(&self, call: &OwnerCall, mv: &OwnerMove) -> Result<Moved> {
         ops::finish(&self.cx(), call, mv).await
+    }
+
+    async fn accept_event(
+        &self,
+        req: &ClaimRequest,
+        event: &RawEvent,
+        forward: &NewEffect,
+    ) -> Result<ClaimOutcome> {
+        ops::accept_event(&self.cx(), req, event, forward).await
+    }
+
+    async fn quarantine_event(&self, event: &RawEvent, run: &Run) -> Result<()> {
+        ops::quarantine_event(&self.cx(), event, run).await
+    }
+
+    async fn effects_of(&self, namespace: &Namespace, key: &IdempotencyKey) -> Result<Vec<Effect>> {
+        ops::effects_of(&self.pool, &self.st, namespace, key).await
     }
 
     async fn get_run(&self, namespace: &Namespace, key: &IdempotencyKey) -> Result<Option<Run>> {

@@ -8,6 +8,7 @@ use crate::ledger::{
 };
 
 use super::{StoreError, StoredToken};
+use crate::outbox::{Effect, EffectState, NewEffect};
 
 /// A `runs` row plus the statement's notion of "now".
 #[derive(Debug, sqlx::FromRow)]
@@ -165,5 +166,61 @@ impl From<TokenRow> for StoredToken {
             scopes: split_list(&row.scopes),
             roles: split_list(&row.roles),
         }
+    }
+}
+
+/// An `effects` row.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct EffectRow {
+    id: String,
+    namespace: String,
+    run_key: String,
+    operation: String,
+    effect_type: String,
+    target: String,
+    method: String,
+    url: String,
+    headers: String,
+    body: Option<Vec<u8>>,
+    idempotency_key: String,
+    spec: String,
+    state: String,
+    not_before: Option<i64>,
+    next_attempt_at: i64,
+    attempts: i64,
+    external_ref: Option<String>,
+    last_status: Option<i64>,
+    last_class: Option<String>,
+    last_error: Option<String>,
+    created_at: i64,
+}
+
+impl EffectRow {
+    pub(crate) fn into_effect(self) -> Result<Effect, StoreError> {
+        Ok(Effect {
+            id: self.id,
+            namespace: self.namespace,
+            key: self.run_key,
+            new: NewEffect {
+                operation: self.operation,
+                effect_type: self.effect_type,
+                target: self.target,
+                method: self.method,
+                url: self.url,
+                headers: serde_json::from_str(&self.headers).map_err(corrupt)?,
+                body: self.body,
+                idempotency_key: self.idempotency_key,
+                spec: serde_json::from_str(&self.spec).map_err(corrupt)?,
+                not_before: self.not_before,
+            },
+            state: self.state.parse::<EffectState>().map_err(corrupt)?,
+            attempts: self.attempts,
+            next_attempt_at: self.next_attempt_at,
+            external_ref: self.external_ref,
+            last_status: self.last_status,
+            last_class: self.last_class,
+            last_error: self.last_error,
+            created_at: self.created_at,
+        })
     }
 }

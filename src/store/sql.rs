@@ -45,6 +45,12 @@ const RUN_COLUMNS: &str = "namespace, run_key, business_key, state, prev_state, 
     reason, operation, correlation_id, workflow_version, source_url, execution_ref, \
     requested_by, claimed_by, audit_seq, audit_head, created_at, updated_at, archived_at";
 
+/// The `effects` columns statements return, in [`super::row::EffectRow`] order.
+const EFFECT_COLUMNS: &str =
+    "id, namespace, run_key, operation, effect_type, target, method, url, \
+    headers, body, idempotency_key, spec, state, not_before, next_attempt_at, attempts, \
+    external_ref, last_status, last_class, last_error, created_at";
+
 /// Every statement of the ledger, spelled for one backend.
 #[derive(Debug, Clone)]
 pub struct Statements {
@@ -69,6 +75,18 @@ pub struct Statements {
     pub audit_trail: String,
     /// Stored token digests.
     pub tokens: String,
+    /// Inserts an effect unless the same (run, effect_type, target) exists.
+    /// Binds: id, namespace, key, operation, effect_type, target, method,
+    /// url, headers, body, idempotency_key, spec, not_before, now.
+    pub insert_effect: String,
+    /// One run's effects. Binds: namespace, key.
+    pub effects_of: String,
+    /// Stores a raw delivery. Binds: id, source, event_id, event_type,
+    /// status, payload_hash, content_type, headers, body, received_at.
+    pub insert_raw_event: String,
+    /// Records a dead letter. Binds: id, namespace, key, class, component,
+    /// raw_event_id, detail, created_at.
+    pub insert_dead_letter: String,
     /// Stores a token digest. Binds: digest, subject, scopes, roles, created_at.
     pub insert_token: String,
 }
@@ -111,22 +129,27 @@ impl Statements {
              RETURNING {RUN_COLUMNS}",
             guard = Move::Renew.sql_guard()
         );
-        let finish = [Move::Complete, Move::FailRetryable, Move::FailTerminal]
-            .into_iter()
-            .map(|mv| {
-                let sql = format!(
-                    "UPDATE runs SET state = '{to}', prev_state = state, version = version + 1, \
+        let finish = [
+            Move::Approve,
+            Move::Complete,
+            Move::FailRetryable,
+            Move::FailTerminal,
+        ]
+        .into_iter()
+        .map(|mv| {
+            let sql = format!(
+                "UPDATE runs SET state = '{to}', prev_state = state, version = version + 1, \
                          result = $6, last_error = $7, reason = $8, lease_owner = NULL, \
                          lease_expires_at = NULL, lease_started_at = NULL, \
                          audit_seq = audit_seq + 1, updated_at = {now} \
                      WHERE {owner_guard} AND state IN {guard} \
                      RETURNING {RUN_COLUMNS}",
-                    to = mv.to_state().as_str(),
-                    guard = mv.sql_guard()
-                );
-                (mv, sql)
-            })
-            .collect();
+                to = mv.to_state().as_str(),
+                guard = mv.sql_guard()
+            );
+            (mv, sql)
+        })
+        .collect();
         Self {
             claim,
             fetch: format!("SELECT {RUN_COLUMNS} FROM runs WHERE namespace = $1 AND run_key = $2"),
@@ -146,6 +169,24 @@ impl Statements {
                  WHERE namespace = $1 AND run_key = $2 ORDER BY seq"
                 .into(),
             tokens: "SELECT digest, subject, scopes, roles FROM api_tokens ORDER BY created_at"
+                .into(),
+            insert_effect: "INSERT INTO effects (id, namespace, run_key, operation, effect_type, target, method, \
+                     url, headers, body, idempotency_key, spec, state, not_before, next_attempt_at, \
+                     attempts, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', $13, \
+                     COALESCE($13, $14), 0, $14, $14) \
+                 ON CONFLICT (namespace, run_key, effect_type, target) DO NOTHING"
+                .into(),
+            effects_of: format!(
+                "SELECT {EFFECT_COLUMNS} FROM effects WHERE namespace = $1 AND run_key = $2 \
+                 ORDER BY created_at, id"
+            ),
+            insert_raw_event: "INSERT INTO raw_events (id, source, event_id, event_type, status, \
+                 payload_hash, content_type, headers, body, received_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING"
+                .into(),
+            insert_dead_letter: "INSERT INTO dead_letters (id, namespace, run_key, class, component, \
+                 raw_event_id, detail, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
                 .into(),
             insert_token: "INSERT INTO api_tokens (digest, subject, scopes, roles, created_at) \
                  VALUES ($1, $2, $3, $4, $5) ON CONFLICT (digest) DO NOTHING"
@@ -194,7 +235,9 @@ macro_rules! ledger_ops {
             ClaimOutcome, ClaimRequest, IdempotencyKey, Lease, LeaseOwner, Move, Moved, Namespace,
             OwnerCall, OwnerMove, Run,
         };
-        use $crate::store::row::{AuditRow, RunRow, TokenRow};
+        use $crate::ingress::RawEvent;
+        use $crate::outbox::{Effect, NewEffect};
+        use $crate::store::row::{AuditRow, EffectRow, RunRow, TokenRow};
         use $crate::store::sql::{explain_lost, Statements};
         use $crate::store::{Result, StoreError, StoredToken};
 
@@ -275,17 +318,29 @@ macro_rules! ledger_ops {
             matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())
         }
 
-        pub(crate) async fn claim(cx: &Cx<'_>, req: &ClaimRequest) -> Result<ClaimOutcome> {
-            let Cx { write, read, st, now, .. } = *cx;
+        /// What the claim statement did inside its transaction.
+        enum Attempt {
+            /// The caller owns the run; the claim's audit entry is written.
+            Won { run: Box<Run>, lease: Lease },
+            /// The key exists and is not reclaimable.
+            Lost,
+            /// Another run holds the business key (the transaction is aborted).
+            BusinessKeyTaken(sqlx::Error),
+        }
+
+        async fn try_claim(
+            tx: &mut Transaction<'static, $db>,
+            cx: &Cx<'_>,
+            req: &ClaimRequest,
+        ) -> Result<Attempt> {
             let owner = LeaseOwner::generate();
             let meta = &req.metadata;
             let correlation_id = meta
                 .correlation_id
                 .clone()
                 .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-            let mut tx = write.begin().await?;
-            let attempt = sqlx::query_as::<_, RunRow>(&st.claim)
-                .bind(now)
+            let attempt = sqlx::query_as::<_, RunRow>(&cx.st.claim)
+                .bind(cx.now)
                 .bind(req.namespace.as_str())
                 .bind(req.key.as_str())
                 .bind(req.business_key.as_ref().map(|b| b.as_str()))
@@ -299,7 +354,7 @@ macro_rules! ledger_ops {
                 .bind(&meta.execution_ref)
                 .bind(&meta.requested_by)
                 .bind(&req.claimed_by)
-                .fetch_optional(&mut *tx)
+                .fetch_optional(&mut **tx)
                 .await;
             match attempt {
                 Ok(Some(row)) => {
@@ -311,33 +366,182 @@ macro_rules! ledger_ops {
                         "execution_ref": meta.execution_ref,
                         "lease_ms": req.lease_ms,
                     });
-                    record(&mut tx, st, &row, &run, kind, &req.claimed_by, detail).await?;
-                    tx.commit().await?;
+                    record(tx, cx.st, &row, &run, kind, &req.claimed_by, detail).await?;
                     let lease = Lease { owner, version: run.version };
-                    Ok(ClaimOutcome::Claimed { reclaimed_from: run.prev_state, lease, run })
+                    Ok(Attempt::Won { run: Box::new(run), lease })
                 }
-                Ok(None) => {
-                    tx.rollback().await?;
-                    let existing = fetch(read, st, &req.namespace, &req.key)
+                Ok(None) => Ok(Attempt::Lost),
+                // The only unique index the claim can hit besides its
+                // conflict target is the business key's.
+                Err(err) if is_unique_violation(&err) => Ok(Attempt::BusinessKeyTaken(err)),
+                Err(err) => Err(err.into()),
+            }
+        }
+
+        /// The answer for a claim that did not win, after its rollback.
+        async fn lost_answer(cx: &Cx<'_>, req: &ClaimRequest, attempt: Attempt) -> Result<ClaimOutcome> {
+            match attempt {
+                Attempt::Won { run, lease } => {
+                    let reclaimed_from = run.prev_state;
+                    Ok(ClaimOutcome::Claimed { run: *run, lease, reclaimed_from })
+                }
+                Attempt::Lost => {
+                    let existing = fetch(cx.read, cx.st, &req.namespace, &req.key)
                         .await?
                         .ok_or_else(|| StoreError::Corrupt("claimed row vanished".into()))?;
                     Ok(ClaimOutcome::for_existing(existing, &req.payload_hash))
                 }
-                Err(err) if is_unique_violation(&err) => {
-                    // The only unique index the claim can hit besides its
-                    // conflict target is the business key's.
-                    tx.rollback().await?;
-                    let holder = sqlx::query_as::<_, RunRow>(&st.fetch_by_business_key)
+                Attempt::BusinessKeyTaken(err) => {
+                    let holder = sqlx::query_as::<_, RunRow>(&cx.st.fetch_by_business_key)
                         .bind(req.business_key.as_ref().map(|b| b.as_str()))
-                        .fetch_optional(read)
+                        .fetch_optional(cx.read)
                         .await?;
                     match holder {
                         Some(row) => Ok(ClaimOutcome::DuplicateOf(row.to_run()?)),
                         None => Err(StoreError::Database(err)),
                     }
                 }
-                Err(err) => Err(err.into()),
             }
+        }
+
+        pub(crate) async fn claim(cx: &Cx<'_>, req: &ClaimRequest) -> Result<ClaimOutcome> {
+            let mut tx = cx.write.begin().await?;
+            let attempt = try_claim(&mut tx, cx, req).await?;
+            if matches!(attempt, Attempt::Won { .. }) {
+                tx.commit().await?;
+            } else {
+                tx.rollback().await?;
+            }
+            lost_answer(cx, req, attempt).await
+        }
+
+        /// Claims an ingress run and, in the same transaction, moves it to
+        /// `approved`, stores the raw event and inserts the forward effect.
+        pub(crate) async fn accept_event(
+            cx: &Cx<'_>,
+            req: &ClaimRequest,
+            event: &RawEvent,
+            forward: &NewEffect,
+        ) -> Result<ClaimOutcome> {
+            let mut tx = cx.write.begin().await?;
+            let attempt = try_claim(&mut tx, cx, req).await?;
+            let Attempt::Won { run, lease } = attempt else {
+                tx.rollback().await?;
+                return lost_answer(cx, req, attempt).await;
+            };
+            let reclaimed_from = run.prev_state;
+            let row = sqlx::query_as::<_, RunRow>(&cx.st.finish[&Move::Approve])
+                .bind(cx.now)
+                .bind(run.namespace.as_str())
+                .bind(run.key.as_str())
+                .bind(lease.owner.to_hex())
+                .bind(lease.version.get())
+                .bind(None::<String>)
+                .bind(None::<String>)
+                .bind(None::<String>)
+                .fetch_optional(&mut *tx)
+                .await?
+                .ok_or_else(|| StoreError::Corrupt("a just-claimed run refused approval".into()))?;
+            let approved = row.to_run()?;
+            let detail = json!({ "effects": [forward.effect_type], "raw_event_id": event.id });
+            record(&mut tx, cx.st, &row, &approved, Move::Approve, &req.claimed_by, detail).await?;
+            insert_effect(&mut tx, cx, &approved, forward).await?;
+            insert_raw_event(&mut tx, cx.st, event).await?;
+            tx.commit().await?;
+            Ok(ClaimOutcome::Claimed { run: approved, lease, reclaimed_from })
+        }
+
+        async fn insert_effect(
+            tx: &mut Transaction<'static, $db>,
+            cx: &Cx<'_>,
+            run: &Run,
+            effect: &NewEffect,
+        ) -> Result<()> {
+            let headers = serde_json::to_string(&effect.headers)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            let spec = serde_json::to_string(&effect.spec).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            sqlx::query(&cx.st.insert_effect)
+                .bind(uuid::Uuid::now_v7().to_string())
+                .bind(run.namespace.as_str())
+                .bind(run.key.as_str())
+                .bind(&effect.operation)
+                .bind(&effect.effect_type)
+                .bind(&effect.target)
+                .bind(&effect.method)
+                .bind(&effect.url)
+                .bind(headers)
+                .bind(effect.body.as_deref())
+                .bind(&effect.idempotency_key)
+                .bind(spec)
+                .bind(effect.not_before)
+                .bind(run.updated_at)
+                .execute(&mut **tx)
+                .await?;
+            Ok(())
+        }
+
+        async fn insert_raw_event(
+            tx: &mut Transaction<'static, $db>,
+            st: &Statements,
+            event: &RawEvent,
+        ) -> Result<()> {
+            let headers =
+                serde_json::to_string(&event.headers).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            sqlx::query(&st.insert_raw_event)
+                .bind(&event.id)
+                .bind(&event.source)
+                .bind(&event.event_id)
+                .bind(&event.event_type)
+                .bind(event.status.as_str())
+                .bind(event.payload_hash.as_str())
+                .bind(&event.content_type)
+                .bind(headers)
+                .bind(&event.body)
+                .bind(event.received_at)
+                .execute(&mut **tx)
+                .await?;
+            Ok(())
+        }
+
+        /// Stores a conflicting delivery as evidence and records its dead letter.
+        pub(crate) async fn quarantine_event(cx: &Cx<'_>, event: &RawEvent, run: &Run) -> Result<()> {
+            let mut tx = cx.write.begin().await?;
+            insert_raw_event(&mut tx, cx.st, event).await?;
+            let detail = json!({
+                "event_type": event.event_type,
+                "stored_payload_hash": run.payload_hash.as_str(),
+                "offered_payload_hash": event.payload_hash.as_str(),
+                "run_state": run.state.as_str(),
+            });
+            sqlx::query(&cx.st.insert_dead_letter)
+                .bind(uuid::Uuid::now_v7().to_string())
+                .bind(run.namespace.as_str())
+                .bind(run.key.as_str())
+                .bind("payload_conflict")
+                .bind("ingress")
+                .bind(&event.id)
+                .bind(detail.to_string())
+                .bind(event.received_at)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(())
+        }
+
+        pub(crate) async fn effects_of(
+            pool: &Pool<$db>,
+            st: &Statements,
+            namespace: &Namespace,
+            key: &IdempotencyKey,
+        ) -> Result<Vec<Effect>> {
+            sqlx::query_as::<_, EffectRow>(&st.effects_of)
+                .bind(namespace.as_str())
+                .bind(key.as_str())
+                .fetch_all(pool)
+                .await?
+                .into_iter()
+                .map(EffectRow::into_effect)
+                .collect()
         }
 
         /// Finishes an owner call: audit and commit on success, otherwise

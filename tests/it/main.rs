@@ -6,4 +6,5 @@
 mod api;
 mod conformance;
 mod harness;
+mod ingress;
 mod process;

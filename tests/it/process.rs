@@ -130,13 +130,18 @@ impl Drop for Server {
 
 /// Writes a config file naming the database and one workflow token.
 fn write_config(dir: &Path, db_url: &str) -> (std::path::PathBuf, String) {
+    write_config_with(dir, db_url, "")
+}
+
+/// The same, with more TOML appended.
+fn write_config_with(dir: &Path, db_url: &str, extra: &str) -> (std::path::PathBuf, String) {
     let (secret, entry) = token("n8n", &[Scope::Workflow]);
     let text = format!(
         "[database]\nurl = \"{db_url}\"\nmax_connections = 4\n\n[[tokens]]\nsubject = \"{}\"\ndigest = \"{}\"\nscopes = [\"workflow\"]\n",
         entry.subject, entry.digest
     );
     let path = dir.join("oncegate.toml");
-    std::fs::write(&path, text).unwrap();
+    std::fs::write(&path, format!("{text}\n{extra}")).unwrap();
     (path, secret)
 }
 
@@ -175,8 +180,6 @@ async fn two_processes_on_one_postgres_have_one_winner() {
     assert!(b.stop().success());
 }
 
-on_both_backends!(acknowledged_claims_survive_kill_9);
-
 async fn acknowledged_claims_survive_kill_9(backend: Backend) {
     let db = TestDb::new(backend).await;
     let dir = tempfile::tempdir().unwrap();
@@ -213,6 +216,49 @@ async fn acknowledged_claims_survive_kill_9(backend: Backend) {
     // And the restarted server still refuses a second owner.
     let again = claim(&client, &server.base, &secret, "evt_0").await;
     assert_eq!(again["claimed"], false);
+    assert!(server.stop().success());
+}
+
+on_both_backends!(
+    acknowledged_claims_survive_kill_9,
+    accepted_webhooks_survive_kill_9_with_their_forward_pending,
+);
+
+async fn accepted_webhooks_survive_kill_9_with_their_forward_pending(backend: Backend) {
+    use crate::ingress::{stripe_event, stripe_signature, SECRET};
+    let db = TestDb::new(backend).await;
+    let dir = tempfile::tempdir().unwrap();
+    let extra = format!(
+        "[[targets]]\nname = \"n8n\"\nbase_url = \"http://127.0.0.1:9/webhook\"\nkind = \"workflow\"\n\n\
+         [[sources]]\nname = \"stripe\"\nscheme = \"stripe\"\nsecrets = [\"{SECRET}\"]\ntarget = \"n8n\"\n"
+    );
+    let (config, _) = write_config_with(dir.path(), &db.url, &extra);
+    let server = Server::start(&config, dir.path(), &[]);
+    let client = reqwest::Client::new();
+    let t = chrono::Utc::now().timestamp();
+    let sends = (0..20).map(|i| {
+        let body = stripe_event(&format!("evt_{i}"), "charge.succeeded", "ch_1");
+        let sig = stripe_signature(SECRET, t, &body);
+        client
+            .post(format!("{}/hooks/stripe", server.base))
+            .header("stripe-signature", sig)
+            .body(body)
+            .send()
+    });
+    for resp in join_all(sends).await {
+        assert_eq!(resp.unwrap().status().as_u16(), 200);
+    }
+    server.kill9();
+
+    let server = Server::start(&config, dir.path(), &[]);
+    let pending = db
+        .count("SELECT COUNT(*) FROM effects WHERE state = 'pending'")
+        .await;
+    assert_eq!(
+        pending, 20,
+        "every acknowledged delivery still has its forward queued"
+    );
+    assert_eq!(db.count("SELECT COUNT(*) FROM raw_events").await, 20);
     assert!(server.stop().success());
 }
 

@@ -1,0 +1,240 @@
+//! Targets: where effects may go (the allow-list) and how to reach them.
+
+use std::collections::BTreeMap;
+
+use secrecy::SecretString;
+use serde::{Deserialize, Serialize};
+
+/// What sits behind a target.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TargetKind {
+    /// An external system (email, CRM, payments).
+    #[default]
+    Http,
+    /// A workflow engine's webhook (n8n): retry-safe by construction, so it
+    /// honours keys by default, and the statuses a restarting engine gives
+    /// (404 before its webhook is registered, 502/503 behind a proxy) are
+    /// transient.
+    Workflow,
+}
+
+/// The retry budget of one target; the dispatcher is the one layer that owns it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetryBudget {
+    /// Attempts including the first.
+    pub max_attempts: u32,
+    /// Base delay of full-jitter backoff, in milliseconds.
+    pub base_ms: u64,
+    /// Cap of one delay (and of an honoured `Retry-After`), in milliseconds.
+    pub cap_ms: u64,
+    /// No retry starts later than this after the first attempt, in milliseconds.
+    pub max_elapsed_ms: u64,
+}
+
+impl Default for RetryBudget {
+    fn default() -> Self {
+        Self {
+            max_attempts: 8,
+            base_ms: 500,
+            cap_ms: 60_000,
+            max_elapsed_ms: 3_600_000,
+        }
+    }
+}
+
+/// `[[targets]]`: one allowed destination for effects.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetConfig {
+    /// The name effects and sources refer to.
+    pub name: String,
+    /// Every effect URL must start with this (scheme, host, port, path prefix).
+    pub base_url: String,
+    /// External system or workflow engine.
+    #[serde(default)]
+    pub kind: TargetKind,
+    /// Whether the target deduplicates by idempotency key (default: true
+    /// for workflows, false otherwise).
+    #[serde(default)]
+    pub honours_idempotency_keys: Option<bool>,
+    /// The header that carries the idempotency key.
+    #[serde(default = "default_key_header")]
+    pub idempotency_header: String,
+    /// Credentials and other secret headers, added at send time only.
+    #[serde(default)]
+    pub secret_headers: BTreeMap<String, SecretString>,
+    /// Connect timeout in milliseconds.
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout_ms: u64,
+    /// Whole-request timeout in milliseconds.
+    #[serde(default = "default_timeout")]
+    pub timeout_ms: u64,
+    /// Status code → outcome class overrides (`"404" = "transient"`).
+    #[serde(default)]
+    pub status_classes: BTreeMap<String, String>,
+    /// The retry budget.
+    #[serde(default)]
+    pub retry: RetryBudget,
+    /// Most sends per second (0 = unlimited).
+    #[serde(default)]
+    pub rate_per_second: u32,
+    /// Most sends in flight at once.
+    #[serde(default = "default_concurrency")]
+    pub concurrency: u32,
+}
+
+fn default_key_header() -> String {
+    "Idempotency-Key".into()
+}
+fn default_connect_timeout() -> u64 {
+    2_000
+}
+fn default_timeout() -> u64 {
+    10_000
+}
+fn default_concurrency() -> u32 {
+    8
+}
+
+impl TargetConfig {
+    /// Whether the target honours idempotency keys, with the kind's default.
+    pub fn honours_keys(&self) -> bool {
+        self.honours_idempotency_keys
+            .unwrap_or(self.kind == TargetKind::Workflow)
+    }
+
+    /// Whether `url` lies inside this target's base URL. The comparison is
+    /// on the parsed origin and path prefix, so `https://a.example.evil`
+    /// does not pass for `https://a.example`.
+    pub fn allows(&self, url: &str) -> bool {
+        let (Ok(base), Ok(candidate)) = (url::Url::parse(&self.base_url), url::Url::parse(url))
+        else {
+            return false;
+        };
+        if base.origin() != candidate.origin() {
+            return false;
+        }
+        let prefix = base.path().trim_end_matches('/');
+        let path = candidate.path();
+        path == prefix || path.starts_with(&format!("{prefix}/")) || prefix.is_empty()
+    }
+
+    /// Joins a path onto the base URL.
+    ///
+    /// # Errors
+    /// A message when the result is not a valid URL inside the target.
+    pub fn join(&self, path: &str) -> Result<String, String> {
+        let base = self.base_url.trim_end_matches('/');
+        let url = if path.is_empty() {
+            base.to_owned()
+        } else if path.starts_with('/') {
+            format!("{base}{path}")
+        } else {
+            format!("{base}/{path}")
+        };
+        if self.allows(&url) {
+            Ok(url)
+        } else {
+            Err(format!("{url} is outside target {}", self.name))
+        }
+    }
+
+    /// Checks the fields; `at` prefixes the field names in messages.
+    ///
+    /// # Errors
+    /// `(field, message)` for the first bad field.
+    pub fn validate(&self, at: &str) -> Result<(), (String, String)> {
+        let field = |f: &str| format!("{at}.{f}");
+        if self.name.is_empty()
+            || !self
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            return Err((field("name"), "must be letters, digits, '_' or '-'".into()));
+        }
+        match url::Url::parse(&self.base_url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
+            _ => return Err((field("base_url"), "must be an absolute http(s) URL".into())),
+        }
+        for (status, class) in &self.status_classes {
+            if !matches!(status.parse::<u16>(), Ok(100..=599)) {
+                return Err((
+                    field("status_classes"),
+                    format!("{status:?} is not an HTTP status"),
+                ));
+            }
+            if !matches!(
+                class.as_str(),
+                "success" | "transient" | "retry_safe" | "ambiguous" | "permanent"
+            ) {
+                return Err((
+                    field("status_classes"),
+                    format!("{class:?} is not one of success, transient, retry_safe, ambiguous, permanent"),
+                ));
+            }
+        }
+        if self.retry.max_attempts == 0 {
+            return Err((field("retry.max_attempts"), "must be at least 1".into()));
+        }
+        if self.retry.cap_ms < self.retry.base_ms {
+            return Err((
+                field("retry.cap_ms"),
+                "must be at least retry.base_ms".into(),
+            ));
+        }
+        if self.concurrency == 0 {
+            return Err((field("concurrency"), "must be at least 1".into()));
+        }
+        if self.timeout_ms == 0 || self.connect_timeout_ms == 0 {
+            return Err((field("timeout_ms"), "timeouts must be positive".into()));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(base: &str) -> TargetConfig {
+        toml::from_str(&format!("name = \"t\"\nbase_url = \"{base}\"\n")).unwrap()
+    }
+
+    #[test]
+    fn allow_list_compares_origin_and_path_prefix() {
+        let t = target("https://api.example.com/v1");
+        assert!(t.allows("https://api.example.com/v1/messages"));
+        assert!(t.allows("https://api.example.com/v1"));
+        assert!(!t.allows("https://api.example.com/v10/messages"));
+        assert!(!t.allows("https://api.example.com.evil.net/v1/messages"));
+        assert!(!t.allows("http://api.example.com/v1/messages"));
+        assert!(!t.allows("https://api.example.com:8443/v1/messages"));
+        assert_eq!(
+            t.join("/messages").unwrap(),
+            "https://api.example.com/v1/messages"
+        );
+        assert!(t.join("/../admin").is_err());
+    }
+
+    #[test]
+    fn workflow_targets_honour_keys_by_default() {
+        let mut t = target("http://127.0.0.1:5678");
+        assert!(!t.honours_keys());
+        t.kind = TargetKind::Workflow;
+        assert!(t.honours_keys());
+        t.honours_idempotency_keys = Some(false);
+        assert!(!t.honours_keys());
+    }
+
+    #[test]
+    fn secret_headers_never_show_in_debug() {
+        let t: TargetConfig = toml::from_str(
+            "name = \"t\"\nbase_url = \"https://x.example\"\n[secret_headers]\nAuthorization = \"Bearer s3cr3t\"\n",
+        )
+        .unwrap();
+        assert!(!format!("{t:?}").contains("s3cr3t"));
+    }
+}
