@@ -19,7 +19,9 @@ use crate::config::{Config, LogFormat, Scope};
 use crate::ingress::Sources;
 use crate::ledger::{IdempotencyKey, Namespace};
 use crate::ops::Metrics;
+use crate::outbox::{Dispatcher, KillSwitch};
 use crate::store::{self, SharedStore, StoreOptions, StoredToken};
+use tokio::sync::Notify;
 
 /// oncegate: makes side-effecting workflow automation safe to retry.
 #[derive(Debug, Parser)]
@@ -233,6 +235,8 @@ pub async fn build_state(
     let auth = Authenticator::new(&config.tokens, &stored);
     let sources = Sources::prepare(&config).map_err(anyhow::Error::msg)?;
     let state = AppState {
+        wake: Arc::new(Notify::new()),
+        kill_switch: KillSwitch::new(store.clone()),
         sources: Arc::new(sources),
         store,
         auth: Arc::new(auth),
@@ -268,6 +272,42 @@ pub async fn run_server(
     Ok(())
 }
 
+/// Starts the dispatcher inside this process when the config enables it;
+/// it stops when `shutdown` is cancelled. Applies
+/// `dispatcher.actions_enabled = false` (`ONCEGATE_ACTIONS_ENABLED`) first.
+///
+/// # Errors
+/// The kill switch could not be written, or a target's client not built.
+pub async fn spawn_dispatcher(
+    state: &AppState,
+    shutdown: CancellationToken,
+) -> Result<Option<tokio::task::JoinHandle<()>>> {
+    let config = &state.config.dispatcher;
+    if !config.actions_enabled {
+        state
+            .store
+            .set_actions("*", false, "env:ONCEGATE_ACTIONS_ENABLED")
+            .await
+            .context("engaging the kill switch")?;
+        tracing::warn!("actions are disabled at start: effects will wait until enabled");
+    }
+    if !config.enabled {
+        tracing::info!("the dispatcher is disabled in this instance");
+        return Ok(None);
+    }
+    let dispatcher = Dispatcher::new(
+        state.store.clone(),
+        &state.config.targets,
+        config.clone(),
+        state.clock.clone(),
+        state.metrics.clone(),
+        state.wake.clone(),
+        state.kill_switch.clone(),
+    )
+    .context("building the target clients")?;
+    Ok(Some(tokio::spawn(Arc::new(dispatcher).run(shutdown))))
+}
+
 /// `oncegate serve`.
 ///
 /// # Errors
@@ -297,7 +337,14 @@ pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<()> {
         database = store.backend(),
         "oncegate listening"
     );
-    run_server(listener, state, shutdown).await?;
+    let dispatcher = spawn_dispatcher(&state, shutdown.clone()).await?;
+    run_server(listener, state, shutdown.clone()).await?;
+    shutdown.cancel();
+    if let Some(dispatcher) = dispatcher {
+        // The dispatcher finishes its current step (sends in flight are
+        // recorded) before the pools close.
+        let _ = dispatcher.await;
+    }
     store.close().await;
     tracing::info!("oncegate stopped");
     Ok(())

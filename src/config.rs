@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::ingress::{KeyTemplate, Locator, SchemeName, SourceConfig};
-use crate::outbox::TargetConfig;
+use crate::outbox::{DispatcherConfig, OperationConfig, TargetConfig};
 
 /// Errors found while loading or checking the configuration.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +70,10 @@ pub struct Config {
     pub targets: Vec<TargetConfig>,
     /// Webhook providers accepted at `POST /hooks/{name}`.
     pub sources: Vec<SourceConfig>,
+    /// Declared operations and their gates.
+    pub operations: Vec<OperationConfig>,
+    /// The dispatcher inside `serve`.
+    pub dispatcher: DispatcherConfig,
 }
 
 /// `[server]`.
@@ -241,6 +245,8 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("ONCEGATE_DEFAULT_LEASE_MS", "ledger.default_lease_ms"),
     ("ONCEGATE_MAX_LEASE_MS", "ledger.max_lease_ms"),
     ("ONCEGATE_MAX_LEASE_LIFE_MS", "ledger.max_lease_life_ms"),
+    ("ONCEGATE_ACTIONS_ENABLED", "dispatcher.actions_enabled"),
+    ("ONCEGATE_DISPATCHER_ENABLED", "dispatcher.enabled"),
     ("ONCEGATE_LOG_FORMAT", "log.format"),
     ("ONCEGATE_LOG_LEVEL", "log.level"),
 ];
@@ -347,7 +353,55 @@ impl Config {
             .map_err(|e| ConfigError::field("log.level", e.to_string()))?;
         self.validate_tokens()?;
         self.validate_targets()?;
-        self.validate_sources()
+        self.validate_sources()?;
+        self.validate_operations()?;
+        let d = &self.dispatcher;
+        if d.batch_size < 1 || d.batch_size > 10_000 {
+            return Err(ConfigError::field(
+                "dispatcher.batch_size",
+                "must be between 1 and 10000",
+            ));
+        }
+        let longest = self
+            .targets
+            .iter()
+            .map(|t| t.timeout_ms + t.connect_timeout_ms)
+            .max()
+            .unwrap_or(0);
+        if d.lease_ms <= longest as i64 {
+            return Err(ConfigError::field(
+                "dispatcher.lease_ms",
+                format!("must exceed the longest target timeout ({longest} ms), or a slow send would look dead"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The operation with this name.
+    pub fn operation(&self, name: &str) -> Option<&OperationConfig> {
+        self.operations.iter().find(|o| o.name == name)
+    }
+
+    fn validate_operations(&self) -> Result<(), ConfigError> {
+        let mut seen = std::collections::HashSet::new();
+        for (i, op) in self.operations.iter().enumerate() {
+            let at = format!("operations[{i}]");
+            op.validate(&at)
+                .map_err(|(field, message)| ConfigError::field(field, message))?;
+            if op.name == crate::ingress::FORWARD_OPERATION {
+                return Err(ConfigError::field(
+                    format!("{at}.name"),
+                    "is reserved for ingress forwards",
+                ));
+            }
+            if !seen.insert(&op.name) {
+                return Err(ConfigError::field(
+                    format!("{at}.name"),
+                    format!("{:?} is declared twice", op.name),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The target with this name.

@@ -157,6 +157,18 @@ pub async fn workflow_or_operator(
     require(&app, &[Scope::Workflow, Scope::Operator], req, next).await
 }
 
+/// Middleware for operator routes (admins hold every scope).
+///
+/// # Errors
+/// As [`require`].
+pub async fn operator_or_admin(
+    State(app): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    require(&app, &[Scope::Operator], req, next).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -35,6 +35,9 @@ pub enum ApiError {
     /// The event is still being handled; the caller should retry later.
     #[error("{0}")]
     InFlight(String),
+    /// The operation is gated: its effects go through the gate endpoint.
+    #[error("{0}")]
+    Gated(String),
     /// The token lacks the scope the route needs.
     #[error("this token's scopes do not include {needed}")]
     Forbidden {
@@ -91,7 +94,7 @@ impl ApiError {
         match self {
             Self::Invalid { .. } => StatusCode::BAD_REQUEST,
             Self::Unauthorized | Self::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
-            Self::InFlight(_) => StatusCode::CONFLICT,
+            Self::InFlight(_) | Self::Gated(_) => StatusCode::CONFLICT,
             Self::Forbidden { .. } => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::LostOwnership { .. } => StatusCode::CONFLICT,
@@ -108,6 +111,7 @@ impl ApiError {
             Self::Unauthorized => "unauthorized",
             Self::Unauthenticated(_) => "signature-refused",
             Self::InFlight(_) => "in-flight",
+            Self::Gated(_) => "gated-operation",
             Self::Forbidden { .. } => "forbidden",
             Self::NotFound(_) => "not-found",
             Self::LostOwnership { .. } => "lease-lost",

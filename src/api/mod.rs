@@ -20,10 +20,13 @@ use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::ingress::Sources;
 use crate::ops::Metrics;
+use crate::outbox::KillSwitch;
 use crate::store::SharedStore;
 
+mod admin;
 pub mod auth;
 mod claims;
+mod effects;
 pub mod error;
 mod health;
 pub mod openapi;
@@ -48,6 +51,10 @@ pub struct AppState {
     pub clock: SharedClock,
     /// Webhook sources, prepared at start.
     pub sources: Arc<Sources>,
+    /// Wakes the dispatcher when effects are queued or released.
+    pub wake: Arc<tokio::sync::Notify>,
+    /// The kill switch as this process sees it (shared with its dispatcher).
+    pub kill_switch: KillSwitch,
 }
 
 /// The whole HTTP application.
@@ -56,6 +63,8 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(claims::router(state.clone()))
         .merge(runs::router(state.clone()))
+        .merge(effects::router(state.clone()))
+        .merge(admin::router(state.clone()))
         .merge(crate::ingress::router())
         .merge(health::router())
         .merge(openapi::router())

@@ -19,6 +19,11 @@ use super::AppState;
         super::runs::fail,
         super::runs::get_run,
         crate::ingress::receive,
+        super::effects::commit,
+        super::effects::list,
+        super::effects::cancel,
+        super::admin::set,
+        super::admin::list,
         super::health::healthz,
         super::health::readyz,
         super::health::metrics,
@@ -28,6 +33,7 @@ use super::AppState;
     tags(
         (name = "ledger", description = "Claims and the owner's moves"),
         (name = "ingress", description = "Signed webhook deliveries"),
+        (name = "outbox", description = "Effects: commit, list, cancel"),
         (name = "ops", description = "Health, readiness, metrics"),
     )
 )]

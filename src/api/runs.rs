@@ -88,14 +88,14 @@ fn sanitise_error(error: &str) -> String {
 }
 
 /// The identity and lease every owner call carries.
-struct OwnerFields {
-    namespace: String,
-    key: String,
-    lease: String,
+pub(super) struct OwnerFields {
+    pub(super) namespace: String,
+    pub(super) key: String,
+    pub(super) lease: String,
 }
 
 impl OwnerFields {
-    fn into_call(self, actor: &str) -> Result<OwnerCall> {
+    pub(super) fn into_call(self, actor: &str) -> Result<OwnerCall> {
         Ok(OwnerCall {
             namespace: Namespace::parse(self.namespace)?,
             key: IdempotencyKey::parse(self.key)?,

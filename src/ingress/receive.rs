@@ -148,6 +148,9 @@ pub(crate) async fn receive(
     };
     let forward = forward_effect(source, &event, content_type);
     let outcome = app.store.accept_event(&claim, &event, &forward).await?;
+    if matches!(outcome, ClaimOutcome::Claimed { .. }) {
+        app.wake.notify_one();
+    }
     app.metrics
         .claims
         .with_label_values(&[&name, outcome.label()])

@@ -120,6 +120,9 @@ pub enum Move {
     EffectsCompleted,
     /// `approved -> dead_lettered`: an effect failed for good.
     EffectsFailed,
+    /// `approved -> failed_terminal`: the target answered with a business
+    /// rejection (DESIGN.md §4's outcome table; see docs/decisions.md).
+    EffectRejected,
     /// `failed_retryable -> dead_lettered`: the reclaim budget is spent.
     ReclaimBudgetExhausted,
     /// `dead_lettered -> approved`: operator replay of an ungated operation.
@@ -146,7 +149,7 @@ impl Move {
             Self::ApprovalConsumed | Self::ApprovalRejected | Self::ApprovalExpired => {
                 &[AwaitingHuman]
             }
-            Self::EffectsCompleted | Self::EffectsFailed => &[Approved],
+            Self::EffectsCompleted | Self::EffectsFailed | Self::EffectRejected => &[Approved],
             Self::ReclaimBudgetExhausted => &[FailedRetryable],
             Self::ReplayUngated | Self::ReplayGated | Self::Resolve => &[DeadLettered],
         }
@@ -160,7 +163,9 @@ impl Move {
             Self::Approve | Self::ApprovalConsumed | Self::ReplayUngated => Approved,
             Self::Complete | Self::EffectsCompleted => Completed,
             Self::FailRetryable => FailedRetryable,
-            Self::FailTerminal | Self::ApprovalRejected | Self::Resolve => FailedTerminal,
+            Self::FailTerminal | Self::ApprovalRejected | Self::Resolve | Self::EffectRejected => {
+                FailedTerminal
+            }
             Self::Gate | Self::ReplayGated => AwaitingHuman,
             Self::ApprovalExpired | Self::EffectsFailed | Self::ReclaimBudgetExhausted => {
                 DeadLettered
@@ -184,6 +189,7 @@ impl Move {
             Self::ApprovalExpired => "approval_expired",
             Self::EffectsCompleted => "effects_completed",
             Self::EffectsFailed => "effects_failed",
+            Self::EffectRejected => "effect_rejected",
             Self::ReclaimBudgetExhausted => "reclaim_budget_exhausted",
             Self::ReplayUngated => "replay",
             Self::ReplayGated => "replay_gated",
@@ -231,13 +237,15 @@ mod tests {
         (AwaitingHuman, DeadLettered),
         (Approved, Completed),
         (Approved, DeadLettered),
+        // DESIGN.md §4: a business rejection ends the run failed_terminal.
+        (Approved, FailedTerminal),
         (FailedRetryable, DeadLettered),
         (DeadLettered, Approved),
         (DeadLettered, AwaitingHuman),
         (DeadLettered, FailedTerminal),
     ];
 
-    const MOVES: [Move; 17] = [
+    const MOVES: [Move; 18] = [
         Move::Claim,
         Move::Reclaim,
         Move::Renew,
@@ -251,6 +259,7 @@ mod tests {
         Move::ApprovalExpired,
         Move::EffectsCompleted,
         Move::EffectsFailed,
+        Move::EffectRejected,
         Move::ReclaimBudgetExhausted,
         Move::ReplayUngated,
         Move::ReplayGated,

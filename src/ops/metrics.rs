@@ -21,6 +21,12 @@ pub struct Metrics {
     pub signature_failures: IntCounterVec,
     /// Webhook deliveries by source, event type and claim outcome.
     pub ingress_events: IntCounterVec,
+    /// Effect attempts by target and outcome class.
+    pub effect_outcomes: IntCounterVec,
+    /// Effects whose retry budget ran out, by target.
+    pub retry_exhaustions: IntCounterVec,
+    /// Effects whose outcome became unknown, by target.
+    pub unknown_outcomes: IntCounterVec,
 }
 
 impl Metrics {
@@ -62,6 +68,21 @@ impl Metrics {
                 "oncegate_ingress_events_total",
                 "Verified webhook deliveries by source, event type and claim outcome.",
                 &["source", "event_type", "outcome"],
+            ),
+            effect_outcomes: counter(
+                "oncegate_effect_attempts_total",
+                "Effect attempts by target and outcome class.",
+                &["target", "class"],
+            ),
+            retry_exhaustions: counter(
+                "oncegate_retry_exhaustions_total",
+                "Effects whose retry budget ran out, by target.",
+                &["target"],
+            ),
+            unknown_outcomes: counter(
+                "oncegate_unknown_outcomes_total",
+                "Effect attempts whose outcome is unknown (sent, answer lost), by target.",
+                &["target"],
             ),
             registry,
         }

@@ -16,8 +16,19 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Millis;
 
+pub mod backoff;
+pub mod classify;
+pub mod dispatch_types;
+pub mod dispatcher;
+pub mod killswitch;
+pub mod operation;
+pub mod sender;
 pub mod target;
 
+pub use dispatch_types::{ActionSwitch, AttemptRecord, AttemptView, FailClass, Leased, Verdict};
+pub use dispatcher::{Dispatcher, DispatcherConfig, StepReport};
+pub use killswitch::KillSwitch;
+pub use operation::{GatePolicy, OperationConfig};
 pub use target::{RetryBudget, TargetConfig, TargetKind};
 
 /// Where an effect is in its life.
@@ -168,6 +179,8 @@ pub struct Effect {
     pub last_class: Option<String>,
     /// Last error, sanitised.
     pub last_error: Option<String>,
+    /// When the first attempt was sent.
+    pub first_sent_at: Option<Millis>,
     /// When it was committed.
     pub created_at: Millis,
 }

@@ -23,8 +23,11 @@ use crate::ingress::RawEvent;
 use crate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Moved, Namespace, OwnerCall, OwnerMove, Run,
 };
-use crate::outbox::{Effect, NewEffect};
+use crate::outbox::{ActionSwitch, AttemptRecord, AttemptView, Effect, Leased, NewEffect, Verdict};
+use serde_json::Value;
 
+mod outbox_ops;
+pub mod outbox_sql;
 pub mod postgres;
 mod row;
 pub mod sql;
@@ -131,6 +134,82 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// # Errors
     /// [`StoreError::Database`] on database failure.
     async fn quarantine_event(&self, event: &RawEvent, run: &Run) -> Result<()>;
+
+    /// The owner's decision: queues `effects` and moves the run to
+    /// `approved` (or `completed` when there are none) with its result, by
+    /// compare-and-set, in one transaction. An effect already queued for
+    /// the same (run, effect type, target) is not queued twice.
+    ///
+    /// # Errors
+    /// [`StoreError::LostOwnership`] when the lease is not live and current.
+    async fn commit(
+        &self,
+        call: &OwnerCall,
+        result: Option<&Value>,
+        effects: &[NewEffect],
+    ) -> Result<Moved>;
+
+    /// Leases up to `limit` due effects of approved runs on enabled targets.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure.
+    async fn lease_effects(&self, owner: &str, lease_ms: i64, limit: i64) -> Result<Vec<Leased>>;
+
+    /// Records a leased effect's verdict, its attempt evidence and the run's
+    /// resulting move, by compare-and-set on the lease. False: the lease
+    /// was lost and nothing was written.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure.
+    async fn record_verdict(
+        &self,
+        leased: &Leased,
+        verdict: &Verdict,
+        attempt: Option<&AttemptRecord>,
+    ) -> Result<bool>;
+
+    /// Marks `sending` effects whose lease expired as `unknown` (never back
+    /// to `pending`: the dead dispatcher may have sent them).
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure.
+    async fn expire_sending(&self) -> Result<u64>;
+
+    /// Cancels a pending effect; `None` when it is not pending.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure.
+    async fn cancel_effect(&self, id: &str, actor: &str) -> Result<Option<Effect>>;
+
+    /// One effect by id.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure.
+    async fn effect(&self, id: &str) -> Result<Option<Effect>>;
+
+    /// An effect's attempts, in order.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure.
+    async fn attempts(&self, effect_id: &str) -> Result<Vec<AttemptView>>;
+
+    /// Sets the kill switch for `scope` (`*` or a target), audited with the actor.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure.
+    async fn set_actions(&self, scope: &str, enabled: bool, actor: &str) -> Result<()>;
+
+    /// Every kill-switch scope that was ever set.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure.
+    async fn action_switches(&self) -> Result<Vec<ActionSwitch>>;
+
+    /// Outstanding effects by target and state.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure.
+    async fn backlog(&self) -> Result<Vec<(String, String, i64)>>;
 
     /// A run's effects, oldest first.
     ///

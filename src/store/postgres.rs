@@ -20,10 +20,12 @@ use crate::ingress::RawEvent;
 use crate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Moved, Namespace, OwnerCall, OwnerMove, Run,
 };
-use crate::outbox::{Effect, NewEffect};
+use crate::outbox::{ActionSwitch, AttemptRecord, AttemptView, Effect, Leased, NewEffect, Verdict};
+use serde_json::Value;
 
 mod ops {
     crate::ledger_ops!(sqlx::Postgres);
+    crate::outbox_ops!(sqlx::Postgres);
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
@@ -121,6 +123,56 @@ impl Store for PgStore {
 
     async fn effects_of(&self, namespace: &Namespace, key: &IdempotencyKey) -> Result<Vec<Effect>> {
         ops::effects_of(&self.pool, &self.st, namespace, key).await
+    }
+
+    async fn commit(
+        &self,
+        call: &OwnerCall,
+        result: Option<&Value>,
+        effects: &[NewEffect],
+    ) -> Result<Moved> {
+        ops::outbox::commit(&self.cx(), call, result, effects).await
+    }
+
+    async fn lease_effects(&self, owner: &str, lease_ms: i64, limit: i64) -> Result<Vec<Leased>> {
+        ops::outbox::lease(&self.cx(), owner, lease_ms, limit).await
+    }
+
+    async fn record_verdict(
+        &self,
+        leased: &Leased,
+        verdict: &Verdict,
+        attempt: Option<&AttemptRecord>,
+    ) -> Result<bool> {
+        ops::outbox::record_verdict(&self.cx(), leased, verdict, attempt).await
+    }
+
+    async fn expire_sending(&self) -> Result<u64> {
+        ops::outbox::expire(&self.cx()).await
+    }
+
+    async fn cancel_effect(&self, id: &str, actor: &str) -> Result<Option<Effect>> {
+        ops::outbox::cancel(&self.cx(), id, actor).await
+    }
+
+    async fn effect(&self, id: &str) -> Result<Option<Effect>> {
+        ops::outbox::effect(&self.pool, &self.st, id).await
+    }
+
+    async fn attempts(&self, effect_id: &str) -> Result<Vec<AttemptView>> {
+        ops::outbox::attempts(&self.pool, &self.st, effect_id).await
+    }
+
+    async fn set_actions(&self, scope: &str, enabled: bool, actor: &str) -> Result<()> {
+        ops::outbox::set_switch(&self.cx(), scope, enabled, actor, self.clock.now_ms()).await
+    }
+
+    async fn action_switches(&self) -> Result<Vec<ActionSwitch>> {
+        ops::outbox::switches(&self.pool, &self.st).await
+    }
+
+    async fn backlog(&self) -> Result<Vec<(String, String, i64)>> {
+        ops::outbox::backlog(&self.pool, &self.st).await
     }
 
     async fn get_run(&self, namespace: &Namespace, key: &IdempotencyKey) -> Result<Option<Run>> {

@@ -8,7 +8,7 @@ use crate::ledger::{
 };
 
 use super::{StoreError, StoredToken};
-use crate::outbox::{Effect, EffectState, NewEffect};
+use crate::outbox::{ActionSwitch, AttemptView, Effect, EffectState, NewEffect};
 
 /// A `runs` row plus the statement's notion of "now".
 #[derive(Debug, sqlx::FromRow)]
@@ -192,6 +192,7 @@ pub(crate) struct EffectRow {
     last_status: Option<i64>,
     last_class: Option<String>,
     last_error: Option<String>,
+    first_sent_at: Option<i64>,
     created_at: i64,
 }
 
@@ -220,7 +221,56 @@ impl EffectRow {
             last_status: self.last_status,
             last_class: self.last_class,
             last_error: self.last_error,
+            first_sent_at: self.first_sent_at,
             created_at: self.created_at,
         })
+    }
+}
+
+/// An `effect_attempts` row.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct AttemptRow {
+    attempt: i64,
+    dispatcher: String,
+    started_at: i64,
+    finished_at: i64,
+    class: String,
+    status: Option<i64>,
+    error: Option<String>,
+    evidence: String,
+}
+
+impl AttemptRow {
+    pub(crate) fn into_view(self) -> Result<AttemptView, StoreError> {
+        Ok(AttemptView {
+            attempt: self.attempt,
+            dispatcher: self.dispatcher,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            class: self.class,
+            status: self.status,
+            error: self.error,
+            evidence: serde_json::from_str(&self.evidence).map_err(corrupt)?,
+        })
+    }
+}
+
+/// An `action_switches` row.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct SwitchRow {
+    scope: String,
+    enabled: i64,
+    changed_by: String,
+    changed_at: i64,
+}
+
+impl From<SwitchRow> for ActionSwitch {
+    fn from(row: SwitchRow) -> Self {
+        Self {
+            scope: row.scope,
+            enabled: row.enabled != 0,
+            changed_by: row.changed_by,
+            changed_at: row.changed_at,
+        }
     }
 }

@@ -24,7 +24,7 @@ pub enum Dialect {
 }
 
 impl Dialect {
-    fn now(self) -> &'static str {
+    pub(crate) fn now(self) -> &'static str {
         match self {
             Self::Sqlite => "$1",
             Self::Postgres => "og_now_ms($1)",
@@ -40,16 +40,17 @@ impl Dialect {
 }
 
 /// The `runs` columns every statement returns, in [`super::row::RunRow`] order.
-const RUN_COLUMNS: &str = "namespace, run_key, business_key, state, prev_state, payload_hash, \
+pub(crate) const RUN_COLUMNS: &str =
+    "namespace, run_key, business_key, state, prev_state, payload_hash, \
     lease_owner, lease_expires_at, lease_started_at, version, attempts, result, last_error, \
     reason, operation, correlation_id, workflow_version, source_url, execution_ref, \
     requested_by, claimed_by, audit_seq, audit_head, created_at, updated_at, archived_at";
 
 /// The `effects` columns statements return, in [`super::row::EffectRow`] order.
-const EFFECT_COLUMNS: &str =
+pub(crate) const EFFECT_COLUMNS: &str =
     "id, namespace, run_key, operation, effect_type, target, method, url, \
     headers, body, idempotency_key, spec, state, not_before, next_attempt_at, attempts, \
-    external_ref, last_status, last_class, last_error, created_at";
+    external_ref, last_status, last_class, last_error, first_sent_at, created_at";
 
 /// Every statement of the ledger, spelled for one backend.
 #[derive(Debug, Clone)]
@@ -89,6 +90,8 @@ pub struct Statements {
     pub insert_dead_letter: String,
     /// Stores a token digest. Binds: digest, subject, scopes, roles, created_at.
     pub insert_token: String,
+    /// The outbox's statements.
+    pub outbox: super::outbox_sql::OutboxStatements,
 }
 
 impl Statements {
@@ -185,6 +188,7 @@ impl Statements {
                  payload_hash, content_type, headers, body, received_at) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING"
                 .into(),
+            outbox: super::outbox_sql::OutboxStatements::new(dialect),
             insert_dead_letter: "INSERT INTO dead_letters (id, namespace, run_key, class, component, \
                  raw_event_id, detail, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
                 .into(),
@@ -253,7 +257,7 @@ macro_rules! ledger_ops {
         }
 
         /// Appends the audit entry for a move and advances the chain head.
-        async fn record(
+        pub(crate) async fn record(
             tx: &mut Transaction<'static, $db>,
             st: &Statements,
             row: &RunRow,
@@ -451,7 +455,7 @@ macro_rules! ledger_ops {
             Ok(ClaimOutcome::Claimed { run: approved, lease, reclaimed_from })
         }
 
-        async fn insert_effect(
+        pub(crate) async fn insert_effect(
             tx: &mut Transaction<'static, $db>,
             cx: &Cx<'_>,
             run: &Run,

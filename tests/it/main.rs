@@ -8,3 +8,4 @@ mod conformance;
 mod harness;
 mod ingress;
 mod process;
+mod target;

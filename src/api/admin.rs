@@ -1,0 +1,72 @@
+//! The kill switch over HTTP (admin scope to change, operator to read).
+
+use axum::extract::State;
+use axum::routing::get;
+use axum::{middleware, Json, Router};
+use serde::Deserialize;
+use utoipa::ToSchema;
+
+use super::error::{ApiError, Result};
+use super::{auth, ApiJson, AppState, Caller};
+use crate::outbox::ActionSwitch;
+
+pub(super) fn router(state: AppState) -> Router<AppState> {
+    Router::new()
+        .route("/v1/admin/actions", get(list).post(set))
+        .route_layer(middleware::from_fn_with_state(
+            state,
+            auth::operator_or_admin,
+        ))
+}
+
+/// `POST /v1/admin/actions`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ActionsBody {
+    /// False engages the kill switch (effects wait); true releases it.
+    pub enabled: bool,
+    /// A target name; absent means every target.
+    pub target: Option<String>,
+}
+
+/// Engages or releases the kill switch, globally or for one target.
+#[utoipa::path(post, path = "/v1/admin/actions", tag = "ops", request_body = ActionsBody,
+    security(("bearer" = [])),
+    responses((status = 200, description = "Every switch after the change")))]
+pub(super) async fn set(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<ActionsBody>,
+) -> Result<Json<Vec<ActionSwitch>>> {
+    if !caller.has(crate::config::Scope::Admin) {
+        return Err(ApiError::Forbidden {
+            needed: "admin".into(),
+        });
+    }
+    let scope = match body.target {
+        Some(target) if app.config.target(&target).is_none() => {
+            return Err(ApiError::invalid(
+                "target",
+                format!("no target is named {target:?}"),
+            ))
+        }
+        Some(target) => target,
+        None => "*".into(),
+    };
+    app.store
+        .set_actions(&scope, body.enabled, &caller.subject)
+        .await?;
+    tracing::warn!(scope = %scope, enabled = body.enabled, actor = %caller.subject, "kill switch changed");
+    app.kill_switch.refresh().await;
+    if body.enabled {
+        app.wake.notify_one();
+    }
+    Ok(Json(app.store.action_switches().await?))
+}
+
+/// Every kill-switch scope.
+#[utoipa::path(get, path = "/v1/admin/actions", tag = "ops", security(("bearer" = [])),
+    responses((status = 200, description = "Every switch ever set")))]
+pub(super) async fn list(State(app): State<AppState>) -> Result<Json<Vec<ActionSwitch>>> {
+    Ok(Json(app.store.action_switches().await?))
+}

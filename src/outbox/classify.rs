@@ -1,0 +1,308 @@
+//! Outcome classification (DESIGN.md §4): every attempt lands in exactly
+//! one class, decided in the table's order of precedence.
+
+use std::time::Duration;
+
+use axum::http::{HeaderMap, StatusCode};
+use serde_json::Value;
+
+use super::{EffectSpec, ExternalIdAt, TargetConfig, TargetKind};
+
+/// What an attempt produced, before classification.
+#[derive(Debug)]
+pub enum Attempted {
+    /// The target answered.
+    Answered {
+        /// Its status.
+        status: StatusCode,
+        /// Its headers.
+        headers: HeaderMap,
+        /// Its body (possibly truncated by the caller).
+        body: Vec<u8>,
+    },
+    /// The request never left: connect refused, DNS failure, connect timeout.
+    NotSent(String),
+    /// The request was sent, then the answer was lost (timeout, reset).
+    LostAfterSend(String),
+}
+
+/// The route an attempt takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// 2xx and no business rejection: completed.
+    Success {
+        /// The target's id for what it created, if found.
+        external_ref: Option<String>,
+    },
+    /// 2xx whose body matches the rejection rule: failed, run failed_terminal.
+    Rejected {
+        /// Why, in words.
+        reason: String,
+    },
+    /// Not sent, 429, 503 with Retry-After, or mapped transient: retry.
+    Transient {
+        /// The target's Retry-After, when it gave one.
+        retry_after: Option<Duration>,
+    },
+    /// Other 5xx, 408 or 409 from a target that honours keys: retry with the same key.
+    RetrySafe {
+        /// The target's Retry-After, when it gave one.
+        retry_after: Option<Duration>,
+    },
+    /// Lost after send, or 5xx/408/409 from a target that does not honour
+    /// keys: unknown — reconcile, never blindly resend.
+    Ambiguous,
+    /// 3xx and the other 4xx: failed, run dead-lettered.
+    Permanent,
+}
+
+impl Outcome {
+    /// The class name stored and used as a metric label.
+    pub fn class(&self) -> &'static str {
+        match self {
+            Self::Success { .. } => "success",
+            Self::Rejected { .. } => "rejected",
+            Self::Transient { .. } => "transient",
+            Self::RetrySafe { .. } => "retry_safe",
+            Self::Ambiguous => "ambiguous",
+            Self::Permanent => "permanent",
+        }
+    }
+}
+
+/// Classifies one attempt against its target and effect.
+pub fn classify(target: &TargetConfig, spec: &EffectSpec, attempted: &Attempted) -> Outcome {
+    let (status, headers, body) = match attempted {
+        Attempted::NotSent(_) => return Outcome::Transient { retry_after: None },
+        Attempted::LostAfterSend(_) => return Outcome::Ambiguous,
+        Attempted::Answered {
+            status,
+            headers,
+            body,
+        } => (*status, headers, body),
+    };
+    let retry_after = retry_after(headers);
+    if let Some(class) = override_for(target, status) {
+        return match class {
+            "success" => success(spec, headers, body),
+            "transient" => Outcome::Transient { retry_after },
+            "retry_safe" if target.honours_keys() => Outcome::RetrySafe { retry_after },
+            "retry_safe" | "ambiguous" => Outcome::Ambiguous,
+            _ => Outcome::Permanent,
+        };
+    }
+    let code = status.as_u16();
+    match code {
+        200..=299 => success(spec, headers, body),
+        429 => Outcome::Transient { retry_after },
+        503 if retry_after.is_some() => Outcome::Transient { retry_after },
+        500..=599 | 408 | 409 if target.honours_keys() => Outcome::RetrySafe { retry_after },
+        500..=599 | 408 | 409 => Outcome::Ambiguous,
+        _ => Outcome::Permanent,
+    }
+}
+
+/// The configured class of a status, or the workflow kind's default
+/// (a restarting engine answers 404, 502 or 503: transient).
+fn override_for(target: &TargetConfig, status: StatusCode) -> Option<&str> {
+    if let Some(class) = target.status_classes.get(status.as_str()) {
+        return Some(class.as_str());
+    }
+    (target.kind == TargetKind::Workflow && matches!(status.as_u16(), 404 | 502 | 503))
+        .then_some("transient")
+}
+
+fn success(spec: &EffectSpec, headers: &HeaderMap, body: &[u8]) -> Outcome {
+    let json: Option<Value> = serde_json::from_slice(body).ok();
+    if let Some(rule) = &spec.reject {
+        if json.as_ref().and_then(|j| j.pointer(&rule.pointer)) == Some(&rule.equals) {
+            return Outcome::Rejected {
+                reason: format!("the target answered {} = {}", rule.pointer, rule.equals),
+            };
+        }
+    }
+    let external_ref = match &spec.external_id {
+        Some(ExternalIdAt::Header(name)) => headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        Some(ExternalIdAt::Pointer(pointer)) => json
+            .as_ref()
+            .and_then(|j| j.pointer(pointer))
+            .and_then(|v| match v {
+                Value::String(s) => Some(s.clone()),
+                Value::Number(n) => Some(n.to_string()),
+                _ => None,
+            }),
+        None => None,
+    };
+    Outcome::Success { external_ref }
+}
+
+/// A `Retry-After` in seconds or as an HTTP date, if it parses and is not
+/// in the past.
+pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers
+        .get(axum::http::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    let wait = at.timestamp_millis() - chrono::Utc::now().timestamp_millis();
+    (wait > 0).then(|| Duration::from_millis(wait as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outbox::RejectRule;
+    use axum::http::HeaderValue;
+    use serde_json::json;
+
+    fn target(honours: bool, kind: &str) -> TargetConfig {
+        toml::from_str(&format!(
+            "name = \"t\"\nbase_url = \"http://127.0.0.1:1\"\nkind = \"{kind}\"\nhonours_idempotency_keys = {honours}\n"
+        ))
+        .unwrap()
+    }
+
+    fn answered(code: u16, retry_after: Option<&str>, body: &str) -> Attempted {
+        let mut headers = HeaderMap::new();
+        if let Some(v) = retry_after {
+            headers.insert("retry-after", HeaderValue::from_str(v).unwrap());
+        }
+        headers.insert("x-id", HeaderValue::from_static("ext_1"));
+        Attempted::Answered {
+            status: StatusCode::from_u16(code).unwrap(),
+            headers,
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    /// Every row of the DESIGN.md §4 table, under an honouring and a
+    /// non-honouring target: (case, honouring class, non-honouring class).
+    #[test]
+    fn every_status_lands_in_exactly_its_route() {
+        let spec = EffectSpec {
+            reject: Some(RejectRule {
+                pointer: "/status".into(),
+                equals: json!("declined"),
+            }),
+            ..EffectSpec::default()
+        };
+        let cases: Vec<(&str, Attempted, &str, &str)> = vec![
+            (
+                "connect refused",
+                Attempted::NotSent("refused".into()),
+                "transient",
+                "transient",
+            ),
+            (
+                "timeout after send",
+                Attempted::LostAfterSend("timeout".into()),
+                "ambiguous",
+                "ambiguous",
+            ),
+            ("200", answered(200, None, "{}"), "success", "success"),
+            ("201", answered(201, None, "{}"), "success", "success"),
+            (
+                "2xx rejection",
+                answered(200, None, r#"{"status":"declined"}"#),
+                "rejected",
+                "rejected",
+            ),
+            ("301", answered(301, None, ""), "permanent", "permanent"),
+            ("400", answered(400, None, ""), "permanent", "permanent"),
+            ("401", answered(401, None, ""), "permanent", "permanent"),
+            ("403", answered(403, None, ""), "permanent", "permanent"),
+            ("404", answered(404, None, ""), "permanent", "permanent"),
+            ("408", answered(408, None, ""), "retry_safe", "ambiguous"),
+            ("409", answered(409, None, ""), "retry_safe", "ambiguous"),
+            ("410", answered(410, None, ""), "permanent", "permanent"),
+            ("413", answered(413, None, ""), "permanent", "permanent"),
+            ("422", answered(422, None, ""), "permanent", "permanent"),
+            ("429", answered(429, None, ""), "transient", "transient"),
+            (
+                "429 + Retry-After",
+                answered(429, Some("7"), ""),
+                "transient",
+                "transient",
+            ),
+            ("500", answered(500, None, ""), "retry_safe", "ambiguous"),
+            ("502", answered(502, None, ""), "retry_safe", "ambiguous"),
+            ("503", answered(503, None, ""), "retry_safe", "ambiguous"),
+            (
+                "503 + Retry-After",
+                answered(503, Some("3"), ""),
+                "transient",
+                "transient",
+            ),
+            ("504", answered(504, None, ""), "retry_safe", "ambiguous"),
+        ];
+        for (case, attempted, honouring, other) in cases {
+            assert_eq!(
+                classify(&target(true, "http"), &spec, &attempted).class(),
+                honouring,
+                "{case} (honours keys)"
+            );
+            assert_eq!(
+                classify(&target(false, "http"), &spec, &attempted).class(),
+                other,
+                "{case} (ignores keys)"
+            );
+        }
+    }
+
+    #[test]
+    fn workflow_targets_treat_restart_statuses_as_transient() {
+        let spec = EffectSpec::default();
+        for code in [404, 502, 503] {
+            let outcome = classify(&target(true, "workflow"), &spec, &answered(code, None, ""));
+            assert_eq!(outcome.class(), "transient", "{code}");
+        }
+        let mut t = target(true, "workflow");
+        t.status_classes.insert("404".into(), "permanent".into());
+        assert_eq!(
+            classify(&t, &spec, &answered(404, None, "")).class(),
+            "permanent",
+            "overridable"
+        );
+    }
+
+    #[test]
+    fn success_reads_the_external_id_and_retry_after_is_kept() {
+        let spec = EffectSpec {
+            external_id: Some(ExternalIdAt::Header("x-id".into())),
+            ..EffectSpec::default()
+        };
+        assert_eq!(
+            classify(&target(false, "http"), &spec, &answered(201, None, "{}")),
+            Outcome::Success {
+                external_ref: Some("ext_1".into())
+            }
+        );
+        let spec = EffectSpec {
+            external_id: Some(ExternalIdAt::Pointer("/id".into())),
+            ..EffectSpec::default()
+        };
+        assert_eq!(
+            classify(
+                &target(false, "http"),
+                &spec,
+                &answered(200, None, r#"{"id":42}"#)
+            ),
+            Outcome::Success {
+                external_ref: Some("42".into())
+            }
+        );
+        assert_eq!(
+            classify(&target(false, "http"), &spec, &answered(429, Some("7"), "")),
+            Outcome::Transient {
+                retry_after: Some(Duration::from_secs(7))
+            }
+        );
+    }
+}

@@ -1,0 +1,156 @@
+//! What the dispatcher and the store exchange about one send.
+
+use serde_json::Value;
+
+use super::Effect;
+use crate::clock::Millis;
+
+/// An effect leased for sending, with what the send needs from its run.
+#[derive(Debug, Clone)]
+pub struct Leased {
+    /// The effect as leased (state `sending`).
+    pub effect: Effect,
+    /// The dispatcher that holds the lease.
+    pub owner: String,
+    /// The run's fencing version, sent as `X-Oncegate-Version`.
+    pub run_version: i64,
+    /// The run's correlation id.
+    pub correlation_id: String,
+    /// When the first attempt was sent, if one was.
+    pub first_sent_at: Option<Millis>,
+}
+
+impl Leased {
+    /// Whether the last outcome was unknown (sent, answer lost), so this
+    /// lease must reconcile rather than blindly resend.
+    pub fn reconciling(&self) -> bool {
+        matches!(
+            self.effect.last_class.as_deref(),
+            Some("ambiguous" | "lost")
+        )
+    }
+}
+
+/// Why an effect failed for good; decides where its run goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailClass {
+    /// A 2xx with a business rejection: the run ends `failed_terminal`.
+    Rejected,
+    /// 3xx or 4xx: the run is dead-lettered.
+    Permanent,
+    /// The retry budget is spent: dead-lettered.
+    RetryExhausted,
+    /// The outcome stays unknown and cannot be reconciled: dead-lettered.
+    UnknownOutcome,
+}
+
+impl FailClass {
+    /// The dead-letter class name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Rejected => "business_rejection",
+            Self::Permanent => "permanent",
+            Self::RetryExhausted => "retry_exhausted",
+            Self::UnknownOutcome => "unknown_outcome",
+        }
+    }
+}
+
+/// What to record for a leased effect.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Done; the run completes when its last effect is done.
+    Completed {
+        /// The target's id for it.
+        external_ref: Option<String>,
+    },
+    /// Back to `pending`, due at this time.
+    Retry {
+        /// Next attempt.
+        at: Millis,
+    },
+    /// Outcome unknown; reconcile at this time.
+    Unknown {
+        /// Next reconciliation.
+        at: Millis,
+    },
+    /// Failed for good.
+    Failed {
+        /// Why; decides the run's fate.
+        class: FailClass,
+        /// In words, for operators.
+        reason: String,
+    },
+    /// Not sent (the kill switch was engaged): back to `pending` unchanged.
+    Release,
+}
+
+impl Verdict {
+    /// The effect state this verdict stores. An outcome that cannot be
+    /// reconciled stays `unknown` (its run goes to a human).
+    pub fn state(&self) -> &'static str {
+        match self {
+            Self::Completed { .. } => "completed",
+            Self::Retry { .. } | Self::Release => "pending",
+            Self::Unknown { .. }
+            | Self::Failed {
+                class: FailClass::UnknownOutcome,
+                ..
+            } => "unknown",
+            Self::Failed { .. } => "failed",
+        }
+    }
+}
+
+/// One attempt's evidence, kept for operators and dead letters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptRecord {
+    /// When it started.
+    pub started_at: Millis,
+    /// When it ended.
+    pub finished_at: Millis,
+    /// Outcome class (`success`, `transient`, …, `probe_found`, `probe_absent`).
+    pub class: String,
+    /// HTTP status, if the target answered.
+    pub status: Option<i64>,
+    /// Transport error or rejection reason.
+    pub error: Option<String>,
+    /// Selected response headers and a truncated body.
+    pub evidence: Value,
+    /// Whether the effect itself was sent (a probe is not a send).
+    pub sent: bool,
+}
+
+/// One scope of the kill switch.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ActionSwitch {
+    /// `*` (every target) or a target name.
+    pub scope: String,
+    /// False: effects to this scope are held.
+    pub enabled: bool,
+    /// Who changed it last.
+    pub changed_by: String,
+    /// When.
+    pub changed_at: Millis,
+}
+
+/// One attempt as stored.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AttemptView {
+    /// 1-based attempt number.
+    pub attempt: i64,
+    /// The dispatcher that made it.
+    pub dispatcher: String,
+    /// When it started.
+    pub started_at: Millis,
+    /// When it ended.
+    pub finished_at: Millis,
+    /// Outcome class.
+    pub class: String,
+    /// HTTP status.
+    pub status: Option<i64>,
+    /// Error text.
+    pub error: Option<String>,
+    /// Selected headers and truncated body.
+    pub evidence: Value,
+}

@@ -1,0 +1,393 @@
+//! The dispatcher: leases due effects, sends each once with its key,
+//! classifies the outcome, records it by compare-and-set, and never holds a
+//! database transaction across the HTTP call.
+//!
+//! A step is typed: a leased effect is sent (or reconciled), the attempt
+//! classified into an [`Outcome`], the outcome turned into a [`Verdict`]
+//! by the retry budget, and the verdict recorded. [`Dispatcher::dispatch_once`]
+//! runs one step over one batch, so tests drive it without sleeping.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use rand::SeedableRng;
+use serde::Deserialize;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::backoff::next_attempt_at;
+use super::classify::{classify, Attempted, Outcome};
+use super::killswitch::KillSwitch;
+use super::sender::{evidence, TargetRuntime};
+use super::{AttemptRecord, FailClass, Leased, TargetConfig, Verdict};
+use crate::clock::SharedClock;
+use crate::ops::Metrics;
+use crate::store::{SharedStore, StoreError};
+
+/// `[dispatcher]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DispatcherConfig {
+    /// Run a dispatcher inside `oncegate serve`.
+    pub enabled: bool,
+    /// Effects leased per step.
+    pub batch_size: i64,
+    /// How long a lease on a `sending` effect lasts, in milliseconds; must
+    /// exceed every target's timeout.
+    pub lease_ms: i64,
+    /// Longest wait between steps when idle (new effects wake it at once).
+    pub idle_poll_ms: u64,
+    /// False holds every effect at start (`ONCEGATE_ACTIONS_ENABLED=false`).
+    pub actions_enabled: bool,
+}
+
+impl Default for DispatcherConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            batch_size: 64,
+            lease_ms: 60_000,
+            idle_poll_ms: 250,
+            actions_enabled: true,
+        }
+    }
+}
+
+/// What one step did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct StepReport {
+    /// Effects leased.
+    pub leased: usize,
+    /// Requests sent (effects and probes).
+    pub sent: usize,
+    /// Effects released unsent by the kill switch.
+    pub held: usize,
+    /// Verdicts whose lease was lost before recording.
+    pub lost: usize,
+}
+
+/// Sends effects.
+#[derive(Debug)]
+pub struct Dispatcher {
+    store: SharedStore,
+    targets: HashMap<String, Arc<TargetRuntime>>,
+    switch: KillSwitch,
+    clock: SharedClock,
+    metrics: Arc<Metrics>,
+    config: DispatcherConfig,
+    owner: String,
+    wake: Arc<Notify>,
+}
+
+impl Dispatcher {
+    /// Builds a dispatcher for the configured targets; `switch` is shared
+    /// with the API so a change through it is seen at once.
+    ///
+    /// # Errors
+    /// A target's HTTP client cannot be built.
+    pub fn new(
+        store: SharedStore,
+        targets: &[TargetConfig],
+        config: DispatcherConfig,
+        clock: SharedClock,
+        metrics: Arc<Metrics>,
+        wake: Arc<Notify>,
+        switch: KillSwitch,
+    ) -> Result<Self, reqwest::Error> {
+        let targets = targets
+            .iter()
+            .map(|t| Ok((t.name.clone(), Arc::new(TargetRuntime::new(t.clone())?))))
+            .collect::<Result<_, reqwest::Error>>()?;
+        let owner = format!(
+            "dispatcher-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..12]
+        );
+        Ok(Self {
+            switch,
+            store,
+            targets,
+            clock,
+            metrics,
+            config,
+            owner,
+            wake,
+        })
+    }
+
+    /// This dispatcher's lease owner name.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The kill-switch view (refresh it after a change).
+    pub fn kill_switch(&self) -> &KillSwitch {
+        &self.switch
+    }
+
+    /// Runs steps until `shutdown`: back to back while batches come full,
+    /// otherwise waiting for a wake-up or the idle poll.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        tracing::info!(owner = %self.owner, "dispatcher started");
+        loop {
+            let full = match self.dispatch_once().await {
+                Ok(report) => report.leased as i64 >= self.config.batch_size,
+                Err(err) => {
+                    tracing::warn!(error = %err, "dispatch step failed; retrying");
+                    false
+                }
+            };
+            if full && !shutdown.is_cancelled() {
+                continue;
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = self.wake.notified() => {}
+                () = tokio::time::sleep(Duration::from_millis(self.config.idle_poll_ms)) => {}
+            }
+        }
+        tracing::info!(owner = %self.owner, "dispatcher stopped");
+    }
+
+    /// One step: expire dead leases, lease a batch, handle it concurrently.
+    ///
+    /// # Errors
+    /// The store failed; effects already leased stay leased and expire to
+    /// `unknown`, never back to `pending`.
+    pub async fn dispatch_once(&self) -> Result<StepReport, StoreError> {
+        let expired = self.store.expire_sending().await?;
+        if expired > 0 {
+            tracing::warn!(
+                count = expired,
+                "effects whose dispatcher died are now unknown"
+            );
+        }
+        self.switch.refresh_if_due().await;
+        let leased = self
+            .store
+            .lease_effects(&self.owner, self.config.lease_ms, self.config.batch_size)
+            .await?;
+        let mut report = StepReport {
+            leased: leased.len(),
+            ..StepReport::default()
+        };
+        for step in join_all(leased.into_iter().map(|l| self.handle(l))).await {
+            let (sent, held, recorded) = step?;
+            report.sent += usize::from(sent);
+            report.held += usize::from(held);
+            report.lost += usize::from(!recorded);
+        }
+        Ok(report)
+    }
+
+    /// Handles one leased effect: (sent?, held?, recorded?).
+    async fn handle(&self, leased: Leased) -> Result<(bool, bool, bool), StoreError> {
+        let Some(target) = self.targets.get(&leased.effect.new.target).cloned() else {
+            let verdict = Verdict::Failed {
+                class: FailClass::Permanent,
+                reason: format!("target {:?} is not configured", leased.effect.new.target),
+            };
+            let recorded = self.store.record_verdict(&leased, &verdict, None).await?;
+            return Ok((false, false, recorded));
+        };
+        let _slot = target.slots.acquire().await;
+        target.pace().await;
+        // Re-checked right before the send, from a value at most 2 s old.
+        if !self.switch.allows(&target.config.name).await {
+            let recorded = self
+                .store
+                .record_verdict(&leased, &Verdict::Release, None)
+                .await?;
+            return Ok((false, true, recorded));
+        }
+        let probing = leased.reconciling() && !target.config.honours_keys();
+        let started = self.clock.now_ms();
+        let attempted = if probing {
+            match probe_url(&leased) {
+                Some(url) => target.probe(&url).await,
+                None => {
+                    let verdict =
+                        undecidable("no probe is configured and the target does not honour keys");
+                    let recorded = self.store.record_verdict(&leased, &verdict, None).await?;
+                    return Ok((false, false, recorded));
+                }
+            }
+        } else {
+            target.send(&leased).await
+        };
+        let finished = self.clock.now_ms();
+        let (verdict, class) = if probing {
+            self.probe_verdict(&target.config, &leased, &attempted, finished)
+        } else {
+            let outcome = classify(&target.config, &leased.effect.new.spec, &attempted);
+            let class = outcome.class().to_owned();
+            (
+                self.verdict(&target.config, &leased, outcome, started, finished),
+                class,
+            )
+        };
+        self.count(&target.config.name, &class, &verdict);
+        let attempt = AttemptRecord {
+            started_at: started,
+            finished_at: finished,
+            class,
+            status: match &attempted {
+                Attempted::Answered { status, .. } => Some(i64::from(status.as_u16())),
+                _ => None,
+            },
+            error: match &attempted {
+                Attempted::NotSent(e) | Attempted::LostAfterSend(e) => Some(e.clone()),
+                Attempted::Answered { .. } => None,
+            },
+            evidence: evidence(&attempted),
+            sent: !probing && !matches!(attempted, Attempted::NotSent(_)),
+        };
+        let recorded = self
+            .store
+            .record_verdict(&leased, &verdict, Some(&attempt))
+            .await?;
+        if !recorded {
+            tracing::warn!(effect = %leased.effect.id, "lease lost before the outcome was recorded");
+        }
+        Ok((true, false, recorded))
+    }
+
+    /// The verdict for a sent attempt's outcome, within the retry budget.
+    fn verdict(
+        &self,
+        target: &TargetConfig,
+        leased: &Leased,
+        outcome: Outcome,
+        started: i64,
+        now: i64,
+    ) -> Verdict {
+        let attempts = (leased.effect.attempts + 1) as u32;
+        let first = leased.first_sent_at.unwrap_or(started);
+        let retry = |retry_after| {
+            let mut rng = rand::rngs::StdRng::from_entropy();
+            match next_attempt_at(&target.retry, attempts, first, now, retry_after, &mut rng) {
+                Some(at) => Verdict::Retry { at },
+                None => Verdict::Failed {
+                    class: FailClass::RetryExhausted,
+                    reason: format!("retry budget spent after {attempts} attempts"),
+                },
+            }
+        };
+        match outcome {
+            Outcome::Success { external_ref } => Verdict::Completed { external_ref },
+            Outcome::Rejected { reason } => Verdict::Failed {
+                class: FailClass::Rejected,
+                reason,
+            },
+            Outcome::Transient { retry_after } | Outcome::RetrySafe { retry_after } => {
+                retry(retry_after)
+            }
+            // Only a target that honours keys may get the same key again.
+            Outcome::Ambiguous if target.honours_keys() => retry(None),
+            Outcome::Ambiguous if leased.effect.new.spec.probe_url.is_some() => {
+                let mut rng = rand::rngs::StdRng::from_entropy();
+                match next_attempt_at(&target.retry, attempts, first, now, None, &mut rng) {
+                    Some(at) => Verdict::Unknown { at },
+                    None => undecidable("the outcome is unknown and the retry budget is spent"),
+                }
+            }
+            Outcome::Ambiguous => {
+                undecidable("sent, but the answer was lost; no probe can tell whether it happened")
+            }
+            Outcome::Permanent => Verdict::Failed {
+                class: FailClass::Permanent,
+                reason: "the target refused the request permanently".into(),
+            },
+        }
+    }
+
+    /// The verdict of a reconciliation probe: found → completed; proven
+    /// absent → safe to send again; anything else → still unknown.
+    fn probe_verdict(
+        &self,
+        target: &TargetConfig,
+        leased: &Leased,
+        attempted: &Attempted,
+        now: i64,
+    ) -> (Verdict, String) {
+        let status = match attempted {
+            Attempted::Answered { status, .. } => Some(status.as_u16()),
+            _ => None,
+        };
+        match status {
+            Some(200..=299) => (
+                Verdict::Completed {
+                    external_ref: leased.effect.external_ref.clone(),
+                },
+                "probe_found".into(),
+            ),
+            Some(404 | 410) => (Verdict::Retry { at: now }, "probe_absent".into()),
+            _ => {
+                let attempts = leased.effect.attempts.max(1) as u32;
+                let first = leased.first_sent_at.unwrap_or(now);
+                let mut rng = rand::rngs::StdRng::from_entropy();
+                let verdict =
+                    match next_attempt_at(&target.retry, attempts, first, now, None, &mut rng) {
+                        Some(at) => Verdict::Unknown { at },
+                        None => undecidable("the probe could not decide within the retry budget"),
+                    };
+                (verdict, "probe_undecided".into())
+            }
+        }
+    }
+
+    fn count(&self, target: &str, class: &str, verdict: &Verdict) {
+        self.metrics
+            .effect_outcomes
+            .with_label_values(&[target, class])
+            .inc();
+        match verdict {
+            Verdict::Failed {
+                class: FailClass::RetryExhausted,
+                ..
+            } => {
+                self.metrics
+                    .retry_exhaustions
+                    .with_label_values(&[target])
+                    .inc();
+            }
+            Verdict::Unknown { .. }
+            | Verdict::Failed {
+                class: FailClass::UnknownOutcome,
+                ..
+            } => {
+                self.metrics
+                    .unknown_outcomes
+                    .with_label_values(&[target])
+                    .inc();
+            }
+            _ => {}
+        }
+    }
+}
+
+fn undecidable(reason: &str) -> Verdict {
+    Verdict::Failed {
+        class: FailClass::UnknownOutcome,
+        reason: reason.into(),
+    }
+}
+
+/// The probe URL with `{external_ref}` and `{idempotency_key}` filled in
+/// (percent-encoded).
+fn probe_url(leased: &Leased) -> Option<String> {
+    let template = leased.effect.new.spec.probe_url.as_deref()?;
+    let encode = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+    Some(
+        template
+            .replace(
+                "{idempotency_key}",
+                &encode(&leased.effect.new.idempotency_key),
+            )
+            .replace(
+                "{external_ref}",
+                &encode(leased.effect.external_ref.as_deref().unwrap_or("")),
+            ),
+    )
+}

@@ -1,0 +1,77 @@
+//! The kill switch as the dispatcher sees it: deny by default.
+//!
+//! The persisted switches are re-read at least every second and on change
+//! notification; a value older than two seconds, or one that cannot be
+//! read, counts as disabled, so a dispatcher cut off from the database
+//! never sends on a stale "enabled".
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::RwLock;
+
+use super::ActionSwitch;
+use crate::store::SharedStore;
+
+/// Refresh period.
+const REFRESH: Duration = Duration::from_secs(1);
+/// Oldest value still trusted.
+const MAX_AGE: Duration = Duration::from_secs(2);
+
+/// The switches as last read, and when.
+type Snapshot = Option<(Instant, Vec<ActionSwitch>)>;
+
+/// A cached view of the persisted switches.
+#[derive(Debug, Clone)]
+pub struct KillSwitch {
+    store: SharedStore,
+    cached: Arc<RwLock<Snapshot>>,
+}
+
+impl KillSwitch {
+    /// A switch view with nothing read yet (everything denied until read).
+    pub fn new(store: SharedStore) -> Self {
+        Self {
+            store,
+            cached: Arc::new(RwLock::new(None)),
+        }
+    }
+
+    /// Re-reads the switches now (after a change, or when stale).
+    pub async fn refresh(&self) {
+        match self.store.action_switches().await {
+            Ok(switches) => *self.cached.write().await = Some((Instant::now(), switches)),
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot read the kill switch; actions count as disabled")
+            }
+        }
+    }
+
+    /// Refreshes when the cached value is over a second old.
+    pub async fn refresh_if_due(&self) {
+        let due = self
+            .cached
+            .read()
+            .await
+            .as_ref()
+            .is_none_or(|(at, _)| at.elapsed() >= REFRESH);
+        if due {
+            self.refresh().await;
+        }
+    }
+
+    /// Whether actions to `target` are enabled right now.
+    pub async fn allows(&self, target: &str) -> bool {
+        self.refresh_if_due().await;
+        let cached = self.cached.read().await;
+        let Some((at, switches)) = cached.as_ref() else {
+            return false;
+        };
+        if at.elapsed() > MAX_AGE {
+            return false;
+        }
+        !switches
+            .iter()
+            .any(|s| !s.enabled && (s.scope == "*" || s.scope == target))
+    }
+}

@@ -1,0 +1,326 @@
+//! The outbox's transaction logic, expanded per backend like
+//! [`ledger_ops!`](crate::ledger_ops).
+
+/// Expands the outbox operations inside a backend's `ops` module, as a
+/// child module `outbox` that reuses the ledger's audit and fetch helpers.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! outbox_ops {
+    ($db:ty) => {
+        pub(crate) mod outbox {
+            use serde_json::{json, Value};
+            use sqlx::{Pool, Transaction};
+
+            use super::{insert_effect, record, Cx};
+            use $crate::ledger::{Move, Moved, OwnerCall, Run};
+            use $crate::outbox::{
+                ActionSwitch, AttemptRecord, AttemptView, Effect, FailClass, Leased, NewEffect, Verdict,
+            };
+            use $crate::store::row::{AttemptRow, EffectRow, RunRow, SwitchRow};
+            use $crate::store::sql::{explain_lost, Statements};
+            use $crate::store::{Result, StoreError};
+
+            /// The owner's decision: effects queued and the run `approved`
+            /// (or `completed` with no effects), in one transaction.
+            pub(crate) async fn commit(
+                cx: &Cx<'_>,
+                call: &OwnerCall,
+                result: Option<&Value>,
+                effects: &[NewEffect],
+            ) -> Result<Moved> {
+                let kind = if effects.is_empty() { Move::Complete } else { Move::Approve };
+                let mut tx = cx.write.begin().await?;
+                let updated = sqlx::query_as::<_, RunRow>(&cx.st.finish[&kind])
+                    .bind(cx.now)
+                    .bind(call.namespace.as_str())
+                    .bind(call.key.as_str())
+                    .bind(call.lease.owner.to_hex())
+                    .bind(call.lease.version.get())
+                    .bind(result.map(Value::to_string))
+                    .bind(None::<String>)
+                    .bind(None::<String>)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                let Some(row) = updated else {
+                    tx.rollback().await?;
+                    let current = super::fetch(cx.read, cx.st, &call.namespace, &call.key).await?;
+                    let why = explain_lost(current.as_ref(), &call.lease, cx.clock_now);
+                    return Err(StoreError::LostOwnership { current: current.map(Box::new), why });
+                };
+                let run = row.to_run()?;
+                let types: Vec<&str> = effects.iter().map(|e| e.effect_type.as_str()).collect();
+                let detail = json!({ "effects": types, "has_result": result.is_some() });
+                record(&mut tx, cx.st, &row, &run, kind, &call.actor, detail).await?;
+                for effect in effects {
+                    insert_effect(&mut tx, cx, &run, effect).await?;
+                }
+                tx.commit().await?;
+                Ok(Moved { run, lease: None })
+            }
+
+            /// Leases up to `limit` due effects for `owner`.
+            pub(crate) async fn lease(cx: &Cx<'_>, owner: &str, lease_ms: i64, limit: i64) -> Result<Vec<Leased>> {
+                let rows = sqlx::query_as::<_, EffectRow>(&cx.st.outbox.lease)
+                    .bind(cx.now)
+                    .bind(owner)
+                    .bind(lease_ms)
+                    .bind(limit)
+                    .fetch_all(cx.write)
+                    .await?;
+                let mut leased = Vec::with_capacity(rows.len());
+                for row in rows {
+                    let effect = row.into_effect()?;
+                    let (version, correlation_id): (i64, String) = sqlx::query_as(&cx.st.outbox.run_for_send)
+                        .bind(&effect.namespace)
+                        .bind(&effect.key)
+                        .fetch_one(cx.read)
+                        .await?;
+                    leased.push(Leased {
+                        first_sent_at: effect.first_sent_at,
+                        effect,
+                        owner: owner.to_owned(),
+                        run_version: version,
+                        correlation_id,
+                    });
+                }
+                Ok(leased)
+            }
+
+            /// Records a verdict by compare-and-set on the lease, with its
+            /// attempt evidence and the run's move, in one transaction.
+            /// Returns false when the lease was lost (nothing written).
+            pub(crate) async fn record_verdict(
+                cx: &Cx<'_>,
+                leased: &Leased,
+                verdict: &Verdict,
+                attempt: Option<&AttemptRecord>,
+            ) -> Result<bool> {
+                let (next_at, error) = match verdict {
+                    Verdict::Retry { at } | Verdict::Unknown { at } => (Some(*at), None),
+                    Verdict::Failed { reason, .. } => (None, Some(reason.as_str())),
+                    Verdict::Completed { .. } | Verdict::Release => (None, None),
+                };
+                let external_ref = match verdict {
+                    Verdict::Completed { external_ref } => external_ref.as_deref(),
+                    _ => None,
+                };
+                let error = error.or(attempt.and_then(|a| a.error.as_deref()));
+                let sent = i64::from(attempt.is_some_and(|a| a.sent));
+                let mut tx = cx.write.begin().await?;
+                let updated = sqlx::query_as::<_, EffectRow>(&cx.st.outbox.record)
+                    .bind(cx.now)
+                    .bind(&leased.effect.id)
+                    .bind(&leased.owner)
+                    .bind(verdict.state())
+                    .bind(next_at)
+                    .bind(sent)
+                    .bind(external_ref)
+                    .bind(attempt.and_then(|a| a.status))
+                    .bind(attempt.map(|a| a.class.as_str()))
+                    .bind(error)
+                    .bind(attempt.map(|a| a.started_at))
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                let Some(row) = updated else {
+                    tx.rollback().await?;
+                    return Ok(false);
+                };
+                let effect = row.into_effect()?;
+                if let Some(attempt) = attempt {
+                    sqlx::query(&cx.st.outbox.insert_attempt)
+                        .bind(&effect.id)
+                        .bind(&leased.owner)
+                        .bind(attempt.started_at)
+                        .bind(attempt.finished_at)
+                        .bind(&attempt.class)
+                        .bind(attempt.status)
+                        .bind(&attempt.error)
+                        .bind(attempt.evidence.to_string())
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                settle_run(&mut tx, cx, &effect, verdict, &leased.owner).await?;
+                tx.commit().await?;
+                Ok(true)
+            }
+
+            /// Moves the effect's run when the verdict decides it.
+            async fn settle_run(
+                tx: &mut Transaction<'static, $db>,
+                cx: &Cx<'_>,
+                effect: &Effect,
+                verdict: &Verdict,
+                actor: &str,
+            ) -> Result<()> {
+                let (to, reason, kind) = match verdict {
+                    Verdict::Completed { .. } => return complete_run_if_done(tx, cx, effect, actor).await,
+                    Verdict::Failed { class: FailClass::Rejected, reason } => {
+                        ("failed_terminal", reason, Move::EffectRejected)
+                    }
+                    Verdict::Failed { reason, .. } => ("dead_lettered", reason, Move::EffectsFailed),
+                    _ => return Ok(()),
+                };
+                let row = sqlx::query_as::<_, RunRow>(&cx.st.outbox.fail_run)
+                    .bind(cx.now)
+                    .bind(&effect.namespace)
+                    .bind(&effect.key)
+                    .bind(to)
+                    .bind(reason)
+                    .fetch_optional(&mut **tx)
+                    .await?;
+                let Some(row) = row else { return Ok(()) };
+                let run = row.to_run()?;
+                let detail = json!({ "effect_id": effect.id, "effect_type": effect.new.effect_type, "reason": reason });
+                record(tx, cx.st, &row, &run, kind, actor, detail.clone()).await?;
+                if let Verdict::Failed { class, .. } = verdict {
+                    if *class != FailClass::Rejected {
+                        dead_letter(tx, cx.st, &run, class.as_str(), detail).await?;
+                    }
+                }
+                Ok(())
+            }
+
+            async fn complete_run_if_done(
+                tx: &mut Transaction<'static, $db>,
+                cx: &Cx<'_>,
+                effect: &Effect,
+                actor: &str,
+            ) -> Result<()> {
+                let row = sqlx::query_as::<_, RunRow>(&cx.st.outbox.complete_run)
+                    .bind(cx.now)
+                    .bind(&effect.namespace)
+                    .bind(&effect.key)
+                    .fetch_optional(&mut **tx)
+                    .await?;
+                if let Some(row) = row {
+                    let run = row.to_run()?;
+                    let detail = json!({ "last_effect_id": effect.id, "external_ref": effect.external_ref });
+                    record(tx, cx.st, &row, &run, Move::EffectsCompleted, actor, detail).await?;
+                }
+                Ok(())
+            }
+
+            async fn dead_letter(
+                tx: &mut Transaction<'static, $db>,
+                st: &Statements,
+                run: &Run,
+                class: &str,
+                detail: Value,
+            ) -> Result<()> {
+                sqlx::query(&st.insert_dead_letter)
+                    .bind(uuid::Uuid::now_v7().to_string())
+                    .bind(run.namespace.as_str())
+                    .bind(run.key.as_str())
+                    .bind(class)
+                    .bind("dispatcher")
+                    .bind(None::<String>)
+                    .bind(detail.to_string())
+                    .bind(run.updated_at)
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(())
+            }
+
+            /// `sending` effects whose dispatcher died become `unknown`.
+            pub(crate) async fn expire(cx: &Cx<'_>) -> Result<u64> {
+                Ok(sqlx::query(&cx.st.outbox.expire).bind(cx.now).execute(cx.write).await?.rows_affected())
+            }
+
+            /// Cancels a pending effect; the run completes if nothing else is outstanding.
+            pub(crate) async fn cancel(cx: &Cx<'_>, id: &str, actor: &str) -> Result<Option<Effect>> {
+                let mut tx = cx.write.begin().await?;
+                let row = sqlx::query_as::<_, EffectRow>(&cx.st.outbox.cancel)
+                    .bind(cx.now)
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                let Some(row) = row else {
+                    tx.rollback().await?;
+                    return Ok(None);
+                };
+                let effect = row.into_effect()?;
+                complete_run_if_done(&mut tx, cx, &effect, actor).await?;
+                tx.commit().await?;
+                Ok(Some(effect))
+            }
+
+            pub(crate) async fn effect(pool: &Pool<$db>, st: &Statements, id: &str) -> Result<Option<Effect>> {
+                sqlx::query_as::<_, EffectRow>(&st.outbox.effect)
+                    .bind(id)
+                    .fetch_optional(pool)
+                    .await?
+                    .map(EffectRow::into_effect)
+                    .transpose()
+            }
+
+            pub(crate) async fn attempts(pool: &Pool<$db>, st: &Statements, id: &str) -> Result<Vec<AttemptView>> {
+                sqlx::query_as::<_, AttemptRow>(&st.outbox.attempts)
+                    .bind(id)
+                    .fetch_all(pool)
+                    .await?
+                    .into_iter()
+                    .map(AttemptRow::into_view)
+                    .collect()
+            }
+
+            /// Sets a kill-switch scope and audits the change under
+            /// `oncegate / actions:<scope>`, chained like any key.
+            pub(crate) async fn set_switch(cx: &Cx<'_>, scope: &str, enabled: bool, actor: &str, now: i64) -> Result<()> {
+                let mut tx = cx.write.begin().await?;
+                sqlx::query(&cx.st.outbox.set_switch)
+                    .bind(scope)
+                    .bind(i64::from(enabled))
+                    .bind(actor)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                let key = format!("actions:{scope}");
+                let last: Option<(i64, String)> = sqlx::query_as(&cx.st.outbox.last_audit)
+                    .bind("oncegate")
+                    .bind(&key)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                let (seq, prev) = last.map_or((1, None), |(seq, hash)| (seq + 1, Some(hash)));
+                let entry = $crate::audit::AuditEntry {
+                    namespace: "oncegate".into(),
+                    key,
+                    seq,
+                    kind: if enabled { "actions_enabled" } else { "actions_disabled" }.into(),
+                    actor: actor.into(),
+                    from_state: None,
+                    to_state: None,
+                    version: None,
+                    detail: json!({ "scope": scope, "enabled": enabled }),
+                    created_at: now,
+                };
+                let hash = entry.chain_hash(prev.as_deref());
+                sqlx::query(&cx.st.insert_audit)
+                    .bind(&entry.namespace)
+                    .bind(&entry.key)
+                    .bind(entry.seq)
+                    .bind(&entry.kind)
+                    .bind(&entry.actor)
+                    .bind(None::<String>)
+                    .bind(None::<String>)
+                    .bind(None::<i64>)
+                    .bind(entry.detail.to_string())
+                    .bind(prev)
+                    .bind(&hash)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            pub(crate) async fn switches(pool: &Pool<$db>, st: &Statements) -> Result<Vec<ActionSwitch>> {
+                let rows = sqlx::query_as::<_, SwitchRow>(&st.outbox.switches).fetch_all(pool).await?;
+                Ok(rows.into_iter().map(ActionSwitch::from).collect())
+            }
+
+            pub(crate) async fn backlog(pool: &Pool<$db>, st: &Statements) -> Result<Vec<(String, String, i64)>> {
+                Ok(sqlx::query_as(&st.outbox.backlog).fetch_all(pool).await?)
+            }
+        }
+    };
+}
