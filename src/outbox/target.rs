@@ -105,20 +105,28 @@ impl TargetConfig {
             .unwrap_or(self.kind == TargetKind::Workflow)
     }
 
-    /// Whether `url` lies inside this target's base URL. The comparison is
-    /// on the parsed origin and path prefix, so `https://a.example.evil`
-    /// does not pass for `https://a.example`.
+    /// Whether `url` lies inside this target's base URL.
     pub fn allows(&self, url: &str) -> bool {
-        let (Ok(base), Ok(candidate)) = (url::Url::parse(&self.base_url), url::Url::parse(url))
-        else {
-            return false;
-        };
-        if base.origin() != candidate.origin() {
-            return false;
+        self.resolve(url).is_some()
+    }
+
+    /// The normalised form of `url` (dot segments removed) when it lies
+    /// inside this target's base URL. The comparison is on the parsed
+    /// origin and path prefix, so `https://a.example.evil` or
+    /// `https://a.example@evil.example` does not pass for `https://a.example`.
+    pub fn resolve(&self, url: &str) -> Option<String> {
+        let base = url::Url::parse(&self.base_url).ok()?;
+        let candidate = url::Url::parse(url).ok()?;
+        if base.origin() != candidate.origin()
+            || !candidate.username().is_empty()
+            || candidate.password().is_some()
+        {
+            return None;
         }
         let prefix = base.path().trim_end_matches('/');
         let path = candidate.path();
-        path == prefix || path.starts_with(&format!("{prefix}/")) || prefix.is_empty()
+        let inside = prefix.is_empty() || path == prefix || path.starts_with(&format!("{prefix}/"));
+        inside.then(|| candidate.to_string())
     }
 
     /// Joins a path onto the base URL.
@@ -134,11 +142,8 @@ impl TargetConfig {
         } else {
             format!("{base}/{path}")
         };
-        if self.allows(&url) {
-            Ok(url)
-        } else {
-            Err(format!("{url} is outside target {}", self.name))
-        }
+        self.resolve(&url)
+            .ok_or_else(|| format!("{url} is outside target {}", self.name))
     }
 
     /// Checks the fields; `at` prefixes the field names in messages.
@@ -212,6 +217,12 @@ mod tests {
         assert!(!t.allows("https://api.example.com.evil.net/v1/messages"));
         assert!(!t.allows("http://api.example.com/v1/messages"));
         assert!(!t.allows("https://api.example.com:8443/v1/messages"));
+        assert!(!t.allows("https://api.example.com@evil.example/v1/messages"));
+        assert!(!t.allows("https://user:pw@api.example.com/v1/messages"));
+        assert_eq!(
+            t.resolve("https://api.example.com/v1/a/../b").unwrap(),
+            "https://api.example.com/v1/b"
+        );
         assert_eq!(
             t.join("/messages").unwrap(),
             "https://api.example.com/v1/messages"

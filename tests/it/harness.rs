@@ -266,6 +266,7 @@ pub struct TestApp {
     pub approver: String,
     pub store: SharedStore,
     pub db: TestDb,
+    pub state: oncegate::api::AppState,
     shutdown: CancellationToken,
     server: Option<tokio::task::JoinHandle<()>>,
 }
@@ -285,6 +286,8 @@ impl TestApp {
         config.database.max_connections = 3;
         config.tokens = vec![wf_entry, op_entry, ap_entry];
         config.server.listen = "127.0.0.1:0".parse().unwrap();
+        // Tests drive the dispatcher step by step (see `dispatcher`).
+        config.dispatcher.enabled = false;
         adjust(&mut config);
         let clock: SharedClock = Arc::new(SystemClock);
         let store = db.store(clock.clone(), true).await;
@@ -299,6 +302,7 @@ impl TestApp {
         let base = format!("http://{}", listener.local_addr().unwrap());
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();
+        let app_state = state.clone();
         let server = tokio::spawn(async move {
             cli::run_server(listener, state, stop).await.unwrap();
         });
@@ -310,9 +314,27 @@ impl TestApp {
             approver,
             store,
             db,
+            state: app_state,
             shutdown,
             server: Some(server),
         }
+    }
+
+    /// A dispatcher over this app's store, targets and kill switch.
+    pub fn dispatcher(&self) -> oncegate::outbox::Dispatcher {
+        let s = &self.state;
+        let mut config = s.config.dispatcher.clone();
+        config.enabled = true;
+        oncegate::outbox::Dispatcher::new(
+            s.store.clone(),
+            &s.config.targets,
+            config,
+            s.clock.clone(),
+            s.metrics.clone(),
+            s.wake.clone(),
+            s.kill_switch.clone(),
+        )
+        .unwrap()
     }
 
     /// POSTs JSON with a bearer token; returns status and parsed body.
@@ -356,6 +378,25 @@ impl TestApp {
 impl Drop for TestApp {
     fn drop(&mut self) {
         self.shutdown.cancel();
+    }
+}
+
+/// Polls `check` until it returns `Some`, panicking after `timeout`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

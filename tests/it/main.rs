@@ -5,6 +5,7 @@
 
 mod api;
 mod conformance;
+mod dispatch;
 mod harness;
 mod ingress;
 mod process;

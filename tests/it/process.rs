@@ -226,14 +226,22 @@ on_both_backends!(
 
 async fn accepted_webhooks_survive_kill_9_with_their_forward_pending(backend: Backend) {
     use crate::ingress::{stripe_event, stripe_signature, SECRET};
+    use crate::target::MockTarget;
+    let workflow = MockTarget::start().await;
     let db = TestDb::new(backend).await;
     let dir = tempfile::tempdir().unwrap();
     let extra = format!(
-        "[[targets]]\nname = \"n8n\"\nbase_url = \"http://127.0.0.1:9/webhook\"\nkind = \"workflow\"\n\n\
-         [[sources]]\nname = \"stripe\"\nscheme = \"stripe\"\nsecrets = [\"{SECRET}\"]\ntarget = \"n8n\"\n"
+        "[[targets]]\nname = \"n8n\"\nbase_url = \"{}/webhook\"\nkind = \"workflow\"\n\n\
+         [[sources]]\nname = \"stripe\"\nscheme = \"stripe\"\nsecrets = [\"{SECRET}\"]\ntarget = \"n8n\"\n",
+        workflow.base_url()
     );
     let (config, _) = write_config_with(dir.path(), &db.url, &extra);
-    let server = Server::start(&config, dir.path(), &[]);
+    // The workflow side is down for the first process: nothing is forwarded.
+    let server = Server::start(
+        &config,
+        dir.path(),
+        &[("ONCEGATE_DISPATCHER_ENABLED", "false")],
+    );
     let client = reqwest::Client::new();
     let t = chrono::Utc::now().timestamp();
     let sends = (0..20).map(|i| {
@@ -249,16 +257,37 @@ async fn accepted_webhooks_survive_kill_9_with_their_forward_pending(backend: Ba
         assert_eq!(resp.unwrap().status().as_u16(), 200);
     }
     server.kill9();
-
-    let server = Server::start(&config, dir.path(), &[]);
-    let pending = db
-        .count("SELECT COUNT(*) FROM effects WHERE state = 'pending'")
-        .await;
     assert_eq!(
-        pending, 20,
-        "every acknowledged delivery still has its forward queued"
+        db.count("SELECT COUNT(*) FROM effects WHERE state = 'pending'")
+            .await,
+        20
     );
     assert_eq!(db.count("SELECT COUNT(*) FROM raw_events").await, 20);
+    assert!(workflow.requests().is_empty());
+
+    // Restarted with its dispatcher: every accepted event is delivered once.
+    let server = Server::start(&config, dir.path(), &[]);
+    workflow
+        .wait_for_requests(20, Duration::from_secs(30))
+        .await;
+    crate::harness::eventually(
+        "every ingress run completed",
+        Duration::from_secs(30),
+        || async {
+            (db.count("SELECT COUNT(*) FROM runs WHERE state = 'completed'")
+                .await
+                == 20)
+                .then_some(())
+        },
+    )
+    .await;
+    for i in 0..20 {
+        assert_eq!(
+            workflow.effect_count_for_key(&format!("stripe:evt_{i}:forward")),
+            1
+        );
+    }
+    assert_eq!(workflow.requests().len(), 20, "no resend");
     assert!(server.stop().success());
 }
 

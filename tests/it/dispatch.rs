@@ -1,0 +1,581 @@
+//! The outbox and dispatcher against a real target on 127.0.0.1, on both
+//! backends: send once, classify, retry within budget, reconcile the
+//! unknown, obey the kill switch.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use oncegate::clock::{Clock, ManualClock};
+use oncegate::config::Config;
+use oncegate::ledger::{
+    ClaimOutcome, ClaimRequest, IdempotencyKey, Namespace, OwnerCall, PayloadHash, RunMetadata,
+};
+use oncegate::outbox::{EffectSpec, NewEffect};
+use serde_json::{json, Value};
+
+use crate::harness::{on_both_backends, Backend, TestApp, TestDb};
+use crate::target::{Behaviour, MockTarget};
+
+/// Targets `mock` (ignores keys) and `keyed` (honours keys) on one mock
+/// server, and operations `send_email` (no gate) and `refund` (gated).
+fn with_mock(base: String, extra_target: &'static str) -> impl FnOnce(&mut Config) {
+    move |config: &mut Config| {
+        let targets = format!(
+            "[[targets]]\nname = \"mock\"\nbase_url = \"{base}\"\ntimeout_ms = 1000\nconnect_timeout_ms = 500\n\
+             retry = {{ max_attempts = 4, base_ms = 1, cap_ms = 2, max_elapsed_ms = 60000 }}\n{extra_target}\n\
+             [[targets]]\nname = \"keyed\"\nbase_url = \"{base}\"\nhonours_idempotency_keys = true\n\
+             timeout_ms = 1000\nretry = {{ max_attempts = 4, base_ms = 1, cap_ms = 2, max_elapsed_ms = 60000 }}\n\
+             [[operations]]\nname = \"send_email\"\ngate = \"none\"\n\
+             [[operations]]\nname = \"refund\"\nirreversible = true\n"
+        );
+        let parsed: Config = toml::from_str(&targets).unwrap();
+        config.targets = parsed.targets;
+        config.operations = parsed.operations;
+        config.dispatcher.lease_ms = 10_000;
+        config.tokens.push(oncegate::config::TokenConfig {
+            subject: "root".into(),
+            digest: oncegate::api::auth::digest(ADMIN_TOKEN),
+            scopes: vec![oncegate::config::Scope::Admin],
+            roles: vec![],
+        });
+    }
+}
+
+async fn app_with(backend: Backend, mock: &MockTarget) -> TestApp {
+    TestApp::spawn_with(backend, with_mock(mock.base_url(), "")).await
+}
+
+/// Claims `key` and commits `effects`; returns the commit's status and body.
+async fn claim_commit(app: &TestApp, key: &str, effects: Value) -> (u16, Value) {
+    let (_, claim) = app
+        .claim(json!({ "namespace": "crm", "key": key, "payload": { "k": key } }))
+        .await;
+    let lease = claim["lease"].as_str().expect("claimed").to_owned();
+    let body = json!({ "namespace": "crm", "key": key, "lease": lease, "result": { "ok": true }, "effects": effects });
+    app.post("/v1/runs/commit", Some(&app.workflow), &body)
+        .await
+}
+
+fn email(target: &str, path: &str) -> Value {
+    json!([{ "operation": "send_email", "effect_type": "send_email", "target": target, "path": path,
+             "body": { "to": "a@example.com" } }])
+}
+
+async fn steps(app: &TestApp, dispatcher: &oncegate::outbox::Dispatcher, n: usize) {
+    for _ in 0..n {
+        dispatcher.dispatch_once().await.unwrap();
+    }
+    let _ = app;
+}
+
+async fn run_state(app: &TestApp, key: &str) -> String {
+    app.get_run("crm", key).await.1["state"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn effect_state(app: &TestApp, key: &str) -> Value {
+    let effects = app
+        .store
+        .effects_of(
+            &Namespace::parse("crm").unwrap(),
+            &IdempotencyKey::parse(key).unwrap(),
+        )
+        .await
+        .unwrap();
+    json!({ "state": effects[0].state.as_str(), "attempts": effects[0].attempts, "class": effects[0].last_class })
+}
+
+on_both_backends!(
+    sends_once_with_key_version_and_completes_the_run,
+    a_retried_commit_is_refused_and_sends_once,
+    refused_commits_store_nothing,
+    lost_answer_with_probe_is_reconciled_not_resent,
+    lost_answer_without_probe_goes_to_a_human,
+    honouring_target_gets_the_same_key_again,
+    statuses_route_end_to_end,
+    kill_switch_holds_everything_then_sends_each_once,
+    retry_schedule_stays_inside_the_budget,
+);
+
+async fn sends_once_with_key_version_and_completes_the_run(backend: Backend) {
+    let mock = MockTarget::start().await;
+    let app = app_with(backend, &mock).await;
+    let (status, commit) = claim_commit(&app, "c1", email("mock", "/send")).await;
+    assert_eq!(status, 200, "{commit}");
+    assert_eq!(commit["state"], "approved");
+    assert_eq!(commit["effects"][0]["idempotency_key"], "crm:c1:send_email");
+    let dispatcher = app.dispatcher();
+    let report = dispatcher.dispatch_once().await.unwrap();
+    assert_eq!((report.leased, report.sent), (1, 1));
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 1);
+    let sent = &requests[0];
+    assert_eq!(sent.path, "/send");
+    assert_eq!(sent.idempotency_key.as_deref(), Some("crm:c1:send_email"));
+    assert_eq!(sent.header("x-oncegate-version"), Some("2"));
+    assert_eq!(sent.header("x-oncegate-key"), Some("c1"));
+    assert!(sent.header("x-correlation-id").is_some());
+    assert_eq!(
+        serde_json::from_slice::<Value>(&sent.body).unwrap(),
+        json!({ "to": "a@example.com" })
+    );
+    assert_eq!(run_state(&app, "c1").await, "completed");
+    assert_eq!(
+        dispatcher.dispatch_once().await.unwrap().leased,
+        0,
+        "nothing left"
+    );
+    let (_, listed) = get_effects(&app, "c1").await;
+    assert_eq!(listed[0]["state"], "completed");
+    assert_eq!(listed[0]["history"][0]["class"], "success");
+    app.stop().await;
+}
+
+async fn get_effects(app: &TestApp, key: &str) -> (u16, Value) {
+    let resp = app
+        .client
+        .get(format!("{}/v1/runs/effects", app.base))
+        .query(&[("namespace", "crm"), ("key", key)])
+        .bearer_auth(&app.operator)
+        .send()
+        .await
+        .unwrap();
+    (resp.status().as_u16(), resp.json().await.unwrap())
+}
+
+async fn a_retried_commit_is_refused_and_sends_once(backend: Backend) {
+    let mock = MockTarget::start().await;
+    let app = app_with(backend, &mock).await;
+    let (_, claim) = app
+        .claim(json!({ "namespace": "crm", "key": "c1", "payload": {} }))
+        .await;
+    let body = json!({ "namespace": "crm", "key": "c1", "lease": claim["lease"], "effects": email("mock", "/send") });
+    let (first, _) = app
+        .post("/v1/runs/commit", Some(&app.workflow), &body)
+        .await;
+    let (second, problem) = app
+        .post("/v1/runs/commit", Some(&app.workflow), &body)
+        .await;
+    assert_eq!((first, second), (200, 409), "{problem}");
+    assert_eq!(problem["state"], "approved");
+    steps(&app, &app.dispatcher(), 3).await;
+    assert_eq!(mock.requests().len(), 1);
+    app.stop().await;
+}
+
+async fn refused_commits_store_nothing(backend: Backend) {
+    let mock = MockTarget::start().await;
+    let app = app_with(backend, &mock).await;
+    let (_, claim) = app
+        .claim(json!({ "namespace": "crm", "key": "c1", "payload": {} }))
+        .await;
+    let lease = claim["lease"].clone();
+    let effect = |patch: Value| {
+        let mut e = json!({ "operation": "send_email", "effect_type": "send_email", "target": "mock", "path": "/send" });
+        e.as_object_mut()
+            .unwrap()
+            .extend(patch.as_object().unwrap().clone());
+        json!({ "namespace": "crm", "key": "c1", "lease": lease, "effects": [e] })
+    };
+    let cases = [
+        (
+            "credential header",
+            effect(json!({ "headers": { "Authorization": "Bearer x" } })),
+            400,
+        ),
+        (
+            "undeclared operation",
+            effect(json!({ "operation": "launch_missiles" })),
+            400,
+        ),
+        (
+            "gated operation",
+            effect(json!({ "operation": "refund" })),
+            409,
+        ),
+        (
+            "unknown target",
+            effect(json!({ "target": "elsewhere" })),
+            400,
+        ),
+        (
+            "outside the allow-list",
+            effect(json!({ "path": null, "url": "http://127.0.0.2:1/x" })),
+            400,
+        ),
+        (
+            "userinfo trick",
+            effect(json!({ "path": null, "url": format!("{}@evil.example/x", mock.base_url()) })),
+            400,
+        ),
+    ];
+    for (what, body, status) in cases {
+        let (got, problem) = app
+            .post("/v1/runs/commit", Some(&app.workflow), &body)
+            .await;
+        assert_eq!(got, status, "{what}: {problem}");
+        if status == 409 {
+            assert!(
+                problem["detail"]
+                    .as_str()
+                    .unwrap()
+                    .contains("/v1/runs/gate"),
+                "{problem}"
+            );
+        }
+    }
+    assert_eq!(app.db.count("SELECT COUNT(*) FROM effects").await, 0);
+    let (_, run) = app.get_run("crm", "c1").await;
+    assert_eq!(
+        (run["state"].as_str(), run["version"].as_i64()),
+        (Some("processing"), Some(1))
+    );
+    app.stop().await;
+}
+
+async fn lost_answer_with_probe_is_reconciled_not_resent(backend: Backend) {
+    let mock = MockTarget::start().await;
+    mock.on_path("/send", Behaviour::CommitThenClose);
+    mock.on_probe("/probe");
+    let app = app_with(backend, &mock).await;
+    let mut effects = email("mock", "/send");
+    effects[0]["probe_url"] = json!(format!("{}/probe/{{idempotency_key}}", mock.base_url()));
+    claim_commit(&app, "c1", effects).await;
+    let dispatcher = app.dispatcher();
+    dispatcher.dispatch_once().await.unwrap();
+    assert_eq!(effect_state(&app, "c1").await["state"], "unknown");
+    crate::harness::eventually("the probe decides", Duration::from_secs(10), || async {
+        dispatcher.dispatch_once().await.unwrap();
+        (run_state(&app, "c1").await == "completed").then_some(())
+    })
+    .await;
+    assert_eq!(mock.effect_count_for_key("crm:c1:send_email"), 1);
+    let posts = mock
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST")
+        .count();
+    assert_eq!(posts, 1, "an unknown outcome is never blindly resent");
+    app.stop().await;
+}
+
+async fn lost_answer_without_probe_goes_to_a_human(backend: Backend) {
+    let mock = MockTarget::start().await;
+    mock.on_path("/send", Behaviour::CommitThenClose);
+    let app = app_with(backend, &mock).await;
+    claim_commit(&app, "c1", email("mock", "/send")).await;
+    steps(&app, &app.dispatcher(), 3).await;
+    assert_eq!(effect_state(&app, "c1").await["state"], "unknown");
+    assert_eq!(run_state(&app, "c1").await, "dead_lettered");
+    assert_eq!(
+        app.db
+            .count("SELECT COUNT(*) FROM dead_letters WHERE class = 'unknown_outcome'")
+            .await,
+        1
+    );
+    assert_eq!(mock.requests().len(), 1);
+    app.stop().await;
+}
+
+async fn honouring_target_gets_the_same_key_again(backend: Backend) {
+    let mock = MockTarget::start().await;
+    mock.honour_keys("idempotency-key", true);
+    mock.on_path_seq(
+        "/send",
+        vec![Behaviour::CommitThenClose, Behaviour::status(200)],
+    );
+    let app = app_with(backend, &mock).await;
+    claim_commit(&app, "c1", email("keyed", "/send")).await;
+    let dispatcher = app.dispatcher();
+    crate::harness::eventually("the retry completes", Duration::from_secs(10), || async {
+        dispatcher.dispatch_once().await.unwrap();
+        (run_state(&app, "c1").await == "completed").then_some(())
+    })
+    .await;
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(requests
+        .iter()
+        .all(|r| r.idempotency_key.as_deref() == Some("crm:c1:send_email")));
+    assert_eq!(
+        mock.effect_count_for_key("crm:c1:send_email"),
+        1,
+        "the target deduplicated the retry"
+    );
+    app.stop().await;
+}
+
+async fn statuses_route_end_to_end(backend: Backend) {
+    let mock = MockTarget::start().await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let app = TestApp::spawn_with(backend, |c| {
+        with_mock(mock.base_url(), "")(c);
+        let down: Config = toml::from_str(&format!(
+            "[[targets]]\nname = \"down\"\nbase_url = \"http://127.0.0.1:{closed_port}\"\nconnect_timeout_ms = 300\ntimeout_ms = 500\n"
+        ))
+        .unwrap();
+        c.targets.extend(down.targets);
+    })
+    .await;
+    mock.on_path(
+        "/moved",
+        Behaviour::Respond {
+            status: 301,
+            headers: vec![("location".into(), "/elsewhere".into())],
+            body: String::new(),
+        },
+    );
+    mock.on_path("/bad", Behaviour::status(400));
+    mock.on_path(
+        "/busy",
+        Behaviour::Respond {
+            status: 429,
+            headers: vec![("retry-after".into(), "30".into())],
+            body: "{}".into(),
+        },
+    );
+    mock.on_path("/broken", Behaviour::no_commit(500));
+    mock.on_path("/slow", Behaviour::CommitThenHang);
+    mock.on_path(
+        "/declined",
+        Behaviour::json(200, r#"{"status":"declined"}"#),
+    );
+    // (key, target, path, effect state, run state)
+    let cases = [
+        ("moved", "mock", "/moved", "failed", "dead_lettered"),
+        ("bad", "mock", "/bad", "failed", "dead_lettered"),
+        ("busy", "mock", "/busy", "pending", "approved"),
+        ("broken-keyed", "keyed", "/broken", "pending", "approved"),
+        ("broken", "mock", "/broken", "unknown", "dead_lettered"),
+        ("slow", "mock", "/slow", "unknown", "dead_lettered"),
+        ("refused", "down", "/x", "pending", "approved"),
+        ("declined", "mock", "/declined", "failed", "failed_terminal"),
+    ];
+    for (key, target, path, _, _) in cases {
+        let mut effects = email(target, path);
+        if key == "declined" {
+            effects[0]["reject"] = json!({ "pointer": "/status", "equals": "declined" });
+        }
+        let (status, body) = claim_commit(&app, key, effects).await;
+        assert_eq!(status, 200, "{key}: {body}");
+    }
+    app.dispatcher().dispatch_once().await.unwrap();
+    for (key, _, _, effect, run) in cases {
+        assert_eq!(
+            effect_state(&app, key).await["state"],
+            effect,
+            "{key} effect"
+        );
+        assert_eq!(run_state(&app, key).await, run, "{key} run");
+    }
+    assert!(
+        mock.requests().iter().all(|r| r.path != "/elsewhere"),
+        "redirects are never followed"
+    );
+    let (_, busy) = get_effects(&app, "busy").await;
+    assert_eq!(
+        busy[0]["history"][0]["evidence"]["headers"]["retry-after"], "30",
+        "evidence keeps Retry-After"
+    );
+    app.stop().await;
+}
+
+async fn kill_switch_holds_everything_then_sends_each_once(backend: Backend) {
+    let mock = MockTarget::start().await;
+    let app = app_with(backend, &mock).await;
+    let admin = |enabled: bool| json!({ "enabled": enabled });
+    let (status, _) = app
+        .post("/v1/admin/actions", Some(&app.operator), &admin(false))
+        .await;
+    assert_eq!(status, 403, "operators may read but not flip the switch");
+    let admin_token = ADMIN_TOKEN;
+    let (status, switches) = app
+        .post("/v1/admin/actions", Some(admin_token), &admin(false))
+        .await;
+    assert_eq!(status, 200, "{switches}");
+    let keys: Vec<String> = (0..100).map(|i| format!("k{i}")).collect();
+    join_all(
+        keys.iter()
+            .map(|k| claim_commit(&app, k, email("mock", "/send"))),
+    )
+    .await;
+    let dispatcher = app.dispatcher();
+    for _ in 0..3 {
+        let report = dispatcher.dispatch_once().await.unwrap();
+        assert_eq!(report.sent, 0);
+    }
+    assert!(
+        mock.requests().is_empty(),
+        "nothing is sent while actions are disabled"
+    );
+    assert_eq!(
+        app.db
+            .count("SELECT COUNT(*) FROM effects WHERE state = 'pending'")
+            .await,
+        100
+    );
+    app.post("/v1/admin/actions", Some(admin_token), &admin(true))
+        .await;
+    crate::harness::eventually("all 100 sent", Duration::from_secs(30), || async {
+        dispatcher.dispatch_once().await.unwrap();
+        (mock.requests().len() >= 100).then_some(())
+    })
+    .await;
+    steps(&app, &dispatcher, 2).await;
+    assert_eq!(mock.requests().len(), 100, "each exactly once");
+    let trail = app
+        .db
+        .count("SELECT COUNT(*) FROM audit_events WHERE namespace = 'oncegate' AND actor = 'root'")
+        .await;
+    assert_eq!(trail, 2, "both changes are audited with their actor");
+    app.stop().await;
+}
+
+const ADMIN_TOKEN: &str = "og_test_admin_token_for_dispatch_tests_only_000";
+
+async fn retry_schedule_stays_inside_the_budget(backend: Backend) {
+    let mock = MockTarget::start().await;
+    mock.on_path("/busy", Behaviour::no_commit(503));
+    let db = TestDb::new(backend).await;
+    let clock = Arc::new(ManualClock::new(1_800_000_000_000));
+    let store = db.manual_store(clock.clone()).await;
+    let target: Config = toml::from_str(&format!(
+        "[[targets]]\nname = \"mock\"\nbase_url = \"{}\"\nhonours_idempotency_keys = true\n\
+         retry = {{ max_attempts = 3, base_ms = 1000, cap_ms = 4000, max_elapsed_ms = 600000 }}\n",
+        mock.base_url()
+    ))
+    .unwrap();
+    let claim = ClaimRequest {
+        namespace: Namespace::parse("crm").unwrap(),
+        key: IdempotencyKey::parse("c1").unwrap(),
+        business_key: None,
+        payload_hash: PayloadHash::of_bytes(b"x"),
+        lease_ms: 30_000,
+        metadata: RunMetadata::default(),
+        claimed_by: "n8n".into(),
+    };
+    let ClaimOutcome::Claimed { lease, .. } = store.claim(&claim).await.unwrap() else {
+        panic!()
+    };
+    let call = OwnerCall {
+        namespace: claim.namespace.clone(),
+        key: claim.key.clone(),
+        lease,
+        actor: "n8n".into(),
+    };
+    let effect = NewEffect {
+        operation: "send_email".into(),
+        effect_type: "send_email".into(),
+        target: "mock".into(),
+        method: "POST".into(),
+        url: format!("{}/busy", mock.base_url()),
+        headers: Default::default(),
+        body: None,
+        idempotency_key: "crm:c1:send_email".into(),
+        spec: EffectSpec::default(),
+        not_before: None,
+    };
+    store.commit(&call, None, &[effect]).await.unwrap();
+    let dispatcher = oncegate::outbox::Dispatcher::new(
+        store.clone(),
+        &target.targets,
+        oncegate::outbox::DispatcherConfig::default(),
+        clock.clone(),
+        Arc::new(oncegate::ops::Metrics::new()),
+        Arc::new(tokio::sync::Notify::new()),
+        oncegate::outbox::KillSwitch::new(store.clone()),
+    )
+    .unwrap();
+    for (attempt, ceiling) in [(1, 1_000), (2, 2_000)] {
+        let now = clock.now_ms();
+        assert_eq!(
+            dispatcher.dispatch_once().await.unwrap().sent,
+            1,
+            "attempt {attempt}"
+        );
+        let effect = &store
+            .effects_of(&claim.namespace, &claim.key)
+            .await
+            .unwrap()[0];
+        assert_eq!(
+            (effect.state.as_str(), effect.attempts),
+            ("pending", attempt)
+        );
+        let delay = effect.next_attempt_at - now;
+        assert!(
+            (0..=ceiling).contains(&delay),
+            "attempt {attempt}: delay {delay} outside [0, {ceiling}]"
+        );
+        // Not due a millisecond early.
+        if delay > 0 {
+            clock.advance_ms(delay - 1);
+            assert_eq!(dispatcher.dispatch_once().await.unwrap().leased, 0);
+            clock.advance_ms(1);
+        }
+    }
+    assert_eq!(
+        dispatcher.dispatch_once().await.unwrap().sent,
+        1,
+        "attempt 3"
+    );
+    let effect = &store
+        .effects_of(&claim.namespace, &claim.key)
+        .await
+        .unwrap()[0];
+    assert_eq!((effect.state.as_str(), effect.attempts), ("failed", 3));
+    let run = store
+        .get_run(&claim.namespace, &claim.key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(run.state.as_str(), "dead_lettered");
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM dead_letters WHERE class = 'retry_exhausted'")
+            .await,
+        1
+    );
+    assert_eq!(mock.requests().len(), 3);
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_switch_engaged_between_lease_and_send_holds_the_rest() {
+    let mock = MockTarget::start().await;
+    let app = TestApp::spawn_with(
+        Backend::Sqlite,
+        with_mock(mock.base_url(), "rate_per_second = 2"),
+    )
+    .await;
+    for key in ["a", "b", "c"] {
+        claim_commit(&app, key, email("mock", "/send")).await;
+    }
+    let dispatcher = Arc::new(app.dispatcher());
+    let step = tokio::spawn({
+        let d = dispatcher.clone();
+        async move { d.dispatch_once().await.unwrap() }
+    });
+    mock.wait_for_requests(1, Duration::from_secs(5)).await;
+    let (status, _) = app
+        .post(
+            "/v1/admin/actions",
+            Some(ADMIN_TOKEN),
+            &json!({ "enabled": false }),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let report = step.await.unwrap();
+    assert_eq!((report.leased, report.sent, report.held), (3, 1, 2));
+    assert_eq!(mock.requests().len(), 1);
+    assert_eq!(
+        app.db
+            .count("SELECT COUNT(*) FROM effects WHERE state = 'pending' AND attempts = 0")
+            .await,
+        2
+    );
+    app.stop().await;
+}
