@@ -57,6 +57,12 @@ pub enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
+    /// The kill switch: hold or release every effect, or one target's.
+    Actions {
+        /// What to do.
+        #[command(subcommand)]
+        command: ActionsCommand,
+    },
     /// Run (ledger) commands.
     Runs {
         /// The runs command.
@@ -87,6 +93,25 @@ pub enum TokenCommand {
         #[arg(long = "role")]
         roles: Vec<String>,
     },
+}
+
+/// `oncegate actions …`.
+#[derive(Debug, Subcommand)]
+pub enum ActionsCommand {
+    /// Engage the kill switch: effects wait, nothing is sent.
+    Disable {
+        /// Only this target (default: every target).
+        #[arg(long)]
+        target: Option<String>,
+    },
+    /// Release the kill switch: waiting effects go out, each once.
+    Enable {
+        /// Only this target (default: every target).
+        #[arg(long)]
+        target: Option<String>,
+    },
+    /// Show every switch.
+    Status,
 }
 
 /// `oncegate runs …`.
@@ -140,6 +165,7 @@ pub async fn run(command: Command, config: Config) -> Result<()> {
             print!("{}", new_token_text(&subject, &scopes, &roles));
             Ok(())
         }
+        Command::Actions { command } => actions(command, &config).await,
         Command::Runs {
             command: RunsCommand::Get { namespace, key },
         } => {
@@ -158,6 +184,47 @@ pub async fn run(command: Command, config: Config) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `oncegate actions …`: writes the switch in the database, audited with
+/// the operating-system user as the actor; every instance sees it within
+/// a second.
+async fn actions(command: ActionsCommand, config: &Config) -> Result<()> {
+    let store = open_store(config, Arc::new(SystemClock)).await?;
+    store.migrate().await.context("applying migrations")?;
+    let (enabled, target) = match command {
+        ActionsCommand::Disable { target } => (false, target),
+        ActionsCommand::Enable { target } => (true, target),
+        ActionsCommand::Status => {
+            for s in store.action_switches().await? {
+                println!(
+                    "{:<24} {:<8} by {}",
+                    s.scope,
+                    if s.enabled { "enabled" } else { "DISABLED" },
+                    s.changed_by
+                );
+            }
+            store.close().await;
+            return Ok(());
+        }
+    };
+    if let Some(target) = &target {
+        if config.target(target).is_none() {
+            anyhow::bail!("no target is named {target:?} in the configuration");
+        }
+    }
+    let scope = target.unwrap_or_else(|| "*".into());
+    let actor = format!(
+        "cli:{}",
+        std::env::var("USER").unwrap_or_else(|_| "unknown".into())
+    );
+    store.set_actions(&scope, enabled, &actor).await?;
+    store.close().await;
+    println!(
+        "actions {} for {scope}",
+        if enabled { "enabled" } else { "disabled" }
+    );
+    Ok(())
 }
 
 /// The text `token new` prints: the token once, and its config entry.

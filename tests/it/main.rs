@@ -6,6 +6,7 @@
 mod api;
 mod conformance;
 mod dispatch;
+mod dispatch_process;
 mod harness;
 mod ingress;
 mod process;

@@ -18,14 +18,14 @@ use crate::harness::{on_both_backends, token, Backend, TestDb};
 const BIN: &str = env!("CARGO_BIN_EXE_oncegate");
 
 /// A running `oncegate serve` process.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    base: String,
+    pub(crate) base: String,
     /// Everything printed to stdout so far, resent after every line.
     stdout: mpsc::Receiver<String>,
 }
 
-fn command(args: &[&str]) -> Command {
+pub(crate) fn command(args: &[&str]) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.args(args);
     for (var, _) in oncegate::config::ENV_VARS {
@@ -37,7 +37,7 @@ fn command(args: &[&str]) -> Command {
 
 impl Server {
     /// Starts `oncegate serve` and waits for its "listening" log line.
-    fn start(config: &Path, cwd: &Path, extra_env: &[(&str, &str)]) -> Self {
+    pub(crate) fn start(config: &Path, cwd: &Path, extra_env: &[(&str, &str)]) -> Self {
         let mut cmd = command(&["--log-format", "json", "serve"]);
         cmd.env("ONCEGATE_CONFIG", config)
             .env("ONCEGATE_LISTEN", "127.0.0.1:0")
@@ -101,7 +101,7 @@ impl Server {
     }
 
     /// Sends SIGTERM and returns the exit status.
-    fn stop(self) -> std::process::ExitStatus {
+    pub(crate) fn stop(self) -> std::process::ExitStatus {
         self.stop_with_stdout().0
     }
 
@@ -115,7 +115,7 @@ impl Server {
     }
 
     /// kill -9: no chance to flush or shut down.
-    fn kill9(mut self) {
+    pub(crate) fn kill9(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
     }
@@ -134,7 +134,11 @@ fn write_config(dir: &Path, db_url: &str) -> (std::path::PathBuf, String) {
 }
 
 /// The same, with more TOML appended.
-fn write_config_with(dir: &Path, db_url: &str, extra: &str) -> (std::path::PathBuf, String) {
+pub(crate) fn write_config_with(
+    dir: &Path,
+    db_url: &str,
+    extra: &str,
+) -> (std::path::PathBuf, String) {
     let (secret, entry) = token("n8n", &[Scope::Workflow]);
     let text = format!(
         "[database]\nurl = \"{db_url}\"\nmax_connections = 4\n\n[[tokens]]\nsubject = \"{}\"\ndigest = \"{}\"\nscopes = [\"workflow\"]\n",

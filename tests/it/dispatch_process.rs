@@ -1,0 +1,249 @@
+//! The dispatcher inside real `oncegate` processes: several dispatchers on
+//! one PostgreSQL, a dispatcher killed between send and record, and the
+//! kill switch from the CLI.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use oncegate::clock::SystemClock;
+use oncegate::config::Config;
+use oncegate::ledger::{
+    ClaimOutcome, ClaimRequest, IdempotencyKey, Namespace, OwnerCall, PayloadHash, RunMetadata,
+};
+use oncegate::outbox::{EffectSpec, NewEffect};
+use oncegate::store::SharedStore;
+
+use crate::harness::{eventually, Backend, TestDb};
+use crate::process::{command, write_config_with, Server};
+use crate::target::{Behaviour, MockTarget};
+
+fn targets_toml(base: &str, lease_ms: i64) -> String {
+    format!(
+        "[dispatcher]\nlease_ms = {lease_ms}\nidle_poll_ms = 100\n\n\
+         [[targets]]\nname = \"mock\"\nbase_url = \"{base}\"\ntimeout_ms = 1500\nconnect_timeout_ms = 500\n\
+         concurrency = 16\n\n\
+         [[targets]]\nname = \"keyed\"\nbase_url = \"{base}\"\nhonours_idempotency_keys = true\n\
+         timeout_ms = 1500\nconnect_timeout_ms = 500\nretry = {{ base_ms = 1, cap_ms = 5 }}\n\n\
+         [[operations]]\nname = \"send_email\"\ngate = \"none\"\n"
+    )
+}
+
+/// Claims and commits one effect directly through a store.
+async fn queue(store: &SharedStore, key: &str, target: &str, url: String) {
+    let claim = ClaimRequest {
+        namespace: Namespace::parse("crm").unwrap(),
+        key: IdempotencyKey::parse(key).unwrap(),
+        business_key: None,
+        payload_hash: PayloadHash::of_bytes(key.as_bytes()),
+        lease_ms: 30_000,
+        metadata: RunMetadata::default(),
+        claimed_by: "test".into(),
+    };
+    let ClaimOutcome::Claimed { lease, .. } = store.claim(&claim).await.unwrap() else {
+        panic!("claim {key}")
+    };
+    let call = OwnerCall {
+        namespace: claim.namespace,
+        key: claim.key,
+        lease,
+        actor: "test".into(),
+    };
+    let effect = NewEffect {
+        operation: "send_email".into(),
+        effect_type: "send_email".into(),
+        target: target.into(),
+        method: "POST".into(),
+        url,
+        headers: Default::default(),
+        body: Some(b"{}".to_vec()),
+        idempotency_key: format!("crm:{key}:send_email"),
+        spec: EffectSpec::default(),
+        not_before: None,
+    };
+    store.commit(&call, None, &[effect]).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_dispatchers_on_one_postgres_send_each_effect_once() {
+    let mock = MockTarget::start().await;
+    let db = TestDb::new(Backend::Postgres).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (config_path, _) =
+        write_config_with(dir.path(), &db.url, &targets_toml(&mock.base_url(), 10_000));
+    let a = Server::start(&config_path, dir.path(), &[]);
+    let b = Server::start(&config_path, dir.path(), &[]);
+    let store = db.store(Arc::new(SystemClock), true).await;
+    let config: Config = toml::from_str(&targets_toml(&mock.base_url(), 10_000)).unwrap();
+    let local = Arc::new(
+        oncegate::outbox::Dispatcher::new(
+            store.clone(),
+            &config.targets,
+            config.dispatcher.clone(),
+            Arc::new(SystemClock),
+            Arc::new(oncegate::ops::Metrics::new()),
+            Arc::new(tokio::sync::Notify::new()),
+            oncegate::outbox::KillSwitch::new(store.clone()),
+        )
+        .unwrap(),
+    );
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(local.clone().run(stop.clone()));
+    for i in 0..1000 {
+        queue(&store, &format!("k{i}"), "mock", mock.url("/send")).await;
+    }
+    mock.wait_for_requests(1000, Duration::from_secs(120)).await;
+    eventually("every run completed", Duration::from_secs(60), || async {
+        (db.count("SELECT COUNT(*) FROM runs WHERE state = 'completed'")
+            .await
+            == 1000)
+            .then_some(())
+    })
+    .await;
+    stop.cancel();
+    running.await.unwrap();
+    assert_eq!(mock.requests().len(), 1000, "no effect was sent twice");
+    for i in [0, 1, 499, 999] {
+        assert_eq!(
+            mock.effect_count_for_key(&format!("crm:k{i}:send_email")),
+            1
+        );
+    }
+    let dispatchers = db
+        .count("SELECT COUNT(DISTINCT dispatcher) FROM effect_attempts")
+        .await;
+    assert_eq!(dispatchers, 3, "each dispatcher sent some");
+    assert!(a.stop().success());
+    assert!(b.stop().success());
+    store.close().await;
+}
+
+crate::harness::on_both_backends!(
+    killed_between_send_and_record_is_never_resent_blindly,
+    killed_between_send_and_record_resends_the_same_key_where_honoured,
+);
+
+/// Sends one effect from a process, kills it (-9) while the target holds
+/// the answer, restarts, and waits until the run settles.
+async fn kill_mid_send(backend: Backend, target: &str) -> (MockTarget, TestDb, String) {
+    let mock = MockTarget::start().await;
+    mock.honour_keys("idempotency-key", target == "keyed");
+    mock.on_path_seq(
+        "/send",
+        vec![Behaviour::CommitThenHang, Behaviour::status(200)],
+    );
+    let db = TestDb::new(backend).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (config_path, _) =
+        write_config_with(dir.path(), &db.url, &targets_toml(&mock.base_url(), 2_500));
+    let store = db.store(Arc::new(SystemClock), true).await;
+    let server = Server::start(&config_path, dir.path(), &[]);
+    queue(&store, "c1", target, mock.url("/send")).await;
+    mock.wait_for_requests(1, Duration::from_secs(10)).await;
+    server.kill9();
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM effects WHERE state = 'sending'")
+            .await,
+        1
+    );
+    let server = Server::start(&config_path, dir.path(), &[]);
+    let settled = eventually("the run settles", Duration::from_secs(30), || async {
+        let run = store
+            .get_run(
+                &Namespace::parse("crm").unwrap(),
+                &IdempotencyKey::parse("c1").unwrap(),
+            )
+            .await
+            .unwrap()?;
+        (run.state.as_str() != "approved").then(|| run.state.as_str().to_owned())
+    })
+    .await;
+    assert!(server.stop().success());
+    store.close().await;
+    (mock, db, settled)
+}
+
+async fn killed_between_send_and_record_is_never_resent_blindly(backend: Backend) {
+    let (mock, db, settled) = kill_mid_send(backend, "mock").await;
+    assert_eq!(
+        settled, "dead_lettered",
+        "an unknown outcome goes to a human"
+    );
+    assert_eq!(
+        mock.requests().len(),
+        1,
+        "no automatic resend to a target that ignores keys"
+    );
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM effects WHERE state = 'unknown'")
+            .await,
+        1
+    );
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM dead_letters WHERE class = 'unknown_outcome'")
+            .await,
+        1
+    );
+}
+
+async fn killed_between_send_and_record_resends_the_same_key_where_honoured(backend: Backend) {
+    let (mock, _db, settled) = kill_mid_send(backend, "keyed").await;
+    assert_eq!(settled, "completed");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(requests
+        .iter()
+        .all(|r| r.idempotency_key.as_deref() == Some("crm:c1:send_email")));
+    assert_eq!(
+        mock.effect_count_for_key("crm:c1:send_email"),
+        1,
+        "the target deduplicated"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_kill_switch_holds_a_running_dispatcher() {
+    let mock = MockTarget::start().await;
+    let db = TestDb::new(Backend::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (config_path, _) =
+        write_config_with(dir.path(), &db.url, &targets_toml(&mock.base_url(), 10_000));
+    let cfg = config_path.to_str().unwrap();
+    let out = command(&["actions", "disable", "--config", cfg])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let server = Server::start(&config_path, dir.path(), &[]);
+    let store = db.store(Arc::new(SystemClock), true).await;
+    for i in 0..5 {
+        queue(&store, &format!("k{i}"), "mock", mock.url("/send")).await;
+    }
+    // Several idle polls pass; nothing may go out.
+    eventually("the dispatcher polled", Duration::from_secs(10), || async {
+        (db.count("SELECT COUNT(*) FROM effects WHERE state = 'pending'")
+            .await
+            == 5)
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(mock.requests().is_empty(), "held by the kill switch");
+    let out = command(&["actions", "enable", "--config", cfg])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    mock.wait_for_requests(5, Duration::from_secs(10)).await;
+    assert!(server.stop().success());
+    assert_eq!(mock.requests().len(), 5);
+    let status = command(&["actions", "status", "--config", cfg])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&status.stdout).contains("cli:"),
+        "the actor is recorded"
+    );
+    store.close().await;
+}
