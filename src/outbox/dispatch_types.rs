@@ -102,6 +102,17 @@ impl Verdict {
     }
 }
 
+/// What the dispatcher decided for one leased effect, to be recorded.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    /// The effect as leased.
+    pub leased: Leased,
+    /// What to record.
+    pub verdict: Verdict,
+    /// The attempt's evidence, when a request was made.
+    pub attempt: Option<AttemptRecord>,
+}
+
 /// One attempt's evidence, kept for operators and dead letters.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttemptRecord {

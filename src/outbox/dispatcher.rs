@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use rand::SeedableRng;
@@ -21,7 +21,7 @@ use super::backoff::next_attempt_at;
 use super::classify::{classify, Attempted, Outcome};
 use super::killswitch::KillSwitch;
 use super::sender::{evidence, TargetRuntime};
-use super::{AttemptRecord, FailClass, Leased, TargetConfig, Verdict};
+use super::{AttemptRecord, Decision, FailClass, Leased, TargetConfig, Verdict};
 use crate::clock::SharedClock;
 use crate::ops::Metrics;
 use crate::store::{SharedStore, StoreError};
@@ -60,7 +60,7 @@ impl Default for DispatcherConfig {
 pub struct StepReport {
     /// Effects leased.
     pub leased: usize,
-    /// Requests sent (effects and probes).
+    /// Requests made (sends and probes).
     pub sent: usize,
     /// Effects released unsent by the kill switch.
     pub held: usize,
@@ -150,7 +150,8 @@ impl Dispatcher {
         tracing::info!(owner = %self.owner, "dispatcher stopped");
     }
 
-    /// One step: expire dead leases, lease a batch, handle it concurrently.
+    /// One step: expire dead leases, lease a batch, send it concurrently,
+    /// then record every decision in one transaction.
     ///
     /// # Errors
     /// The store failed; effects already leased stay leased and expire to
@@ -164,6 +165,7 @@ impl Dispatcher {
             );
         }
         self.switch.refresh_if_due().await;
+        let leased_at = Instant::now();
         let leased = self
             .store
             .lease_effects(&self.owner, self.config.lease_ms, self.config.batch_size)
@@ -172,34 +174,56 @@ impl Dispatcher {
             leased: leased.len(),
             ..StepReport::default()
         };
-        for step in join_all(leased.into_iter().map(|l| self.handle(l))).await {
-            let (sent, held, recorded) = step?;
-            report.sent += usize::from(sent);
-            report.held += usize::from(held);
-            report.lost += usize::from(!recorded);
+        if leased.is_empty() {
+            return Ok(report);
+        }
+        let decisions = join_all(leased.into_iter().map(|l| self.decide(l, leased_at))).await;
+        report.sent = decisions.iter().filter(|d| d.attempt.is_some()).count();
+        report.held = decisions
+            .iter()
+            .filter(|d| d.verdict == Verdict::Release)
+            .count();
+        let recorded = self.store.record_decisions(&decisions).await?;
+        report.lost = recorded.iter().filter(|r| !**r).count();
+        if report.lost > 0 {
+            tracing::warn!(
+                count = report.lost,
+                "leases lost before their outcome was recorded"
+            );
         }
         Ok(report)
     }
 
-    /// Handles one leased effect: (sent?, held?, recorded?).
-    async fn handle(&self, leased: Leased) -> Result<(bool, bool, bool), StoreError> {
+    /// Sends (or reconciles, or holds) one leased effect and decides what
+    /// to record. Touches the network, never the database.
+    async fn decide(&self, leased: Leased, leased_at: Instant) -> Decision {
+        let hold = |leased: Leased| Decision {
+            leased,
+            verdict: Verdict::Release,
+            attempt: None,
+        };
         let Some(target) = self.targets.get(&leased.effect.new.target).cloned() else {
+            let reason = format!("target {:?} is not configured", leased.effect.new.target);
             let verdict = Verdict::Failed {
                 class: FailClass::Permanent,
-                reason: format!("target {:?} is not configured", leased.effect.new.target),
+                reason,
             };
-            let recorded = self.store.record_verdict(&leased, &verdict, None).await?;
-            return Ok((false, false, recorded));
+            return Decision {
+                leased,
+                verdict,
+                attempt: None,
+            };
         };
         let _slot = target.slots.acquire().await;
         target.pace().await;
+        // A lease half spent waiting for a slot goes back unsent rather
+        // than risk expiring mid-send (which would make it unknown).
+        if leased_at.elapsed() > Duration::from_millis(self.config.lease_ms as u64 / 2) {
+            return hold(leased);
+        }
         // Re-checked right before the send, from a value at most 2 s old.
         if !self.switch.allows(&target.config.name).await {
-            let recorded = self
-                .store
-                .record_verdict(&leased, &Verdict::Release, None)
-                .await?;
-            return Ok((false, true, recorded));
+            return hold(leased);
         }
         let probing = leased.reconciling() && !target.config.honours_keys();
         let started = self.clock.now_ms();
@@ -209,8 +233,11 @@ impl Dispatcher {
                 None => {
                     let verdict =
                         undecidable("no probe is configured and the target does not honour keys");
-                    let recorded = self.store.record_verdict(&leased, &verdict, None).await?;
-                    return Ok((false, false, recorded));
+                    return Decision {
+                        leased,
+                        verdict,
+                        attempt: None,
+                    };
                 }
             }
         } else {
@@ -243,14 +270,11 @@ impl Dispatcher {
             evidence: evidence(&attempted),
             sent: !probing && !matches!(attempted, Attempted::NotSent(_)),
         };
-        let recorded = self
-            .store
-            .record_verdict(&leased, &verdict, Some(&attempt))
-            .await?;
-        if !recorded {
-            tracing::warn!(effect = %leased.effect.id, "lease lost before the outcome was recorded");
+        Decision {
+            leased,
+            verdict,
+            attempt: Some(attempt),
         }
-        Ok((true, false, recorded))
     }
 
     /// The verdict for a sent attempt's outcome, within the retry budget.

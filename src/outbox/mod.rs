@@ -25,7 +25,9 @@ pub mod operation;
 pub mod sender;
 pub mod target;
 
-pub use dispatch_types::{ActionSwitch, AttemptRecord, AttemptView, FailClass, Leased, Verdict};
+pub use dispatch_types::{
+    ActionSwitch, AttemptRecord, AttemptView, Decision, FailClass, Leased, Verdict,
+};
 pub use dispatcher::{Dispatcher, DispatcherConfig, StepReport};
 pub use killswitch::KillSwitch;
 pub use operation::{GatePolicy, OperationConfig};

@@ -23,7 +23,7 @@ use crate::ingress::RawEvent;
 use crate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Moved, Namespace, OwnerCall, OwnerMove, Run,
 };
-use crate::outbox::{ActionSwitch, AttemptRecord, AttemptView, Effect, Leased, NewEffect, Verdict};
+use crate::outbox::{ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffect};
 use serde_json::Value;
 
 mod outbox_ops;
@@ -155,18 +155,14 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// [`StoreError::Database`] on database failure.
     async fn lease_effects(&self, owner: &str, lease_ms: i64, limit: i64) -> Result<Vec<Leased>>;
 
-    /// Records a leased effect's verdict, its attempt evidence and the run's
-    /// resulting move, by compare-and-set on the lease. False: the lease
-    /// was lost and nothing was written.
+    /// Records decisions in one transaction (one durable commit for a
+    /// batch): each effect's verdict by compare-and-set on its lease, its
+    /// attempt evidence and its run's resulting move. `false` marks a
+    /// decision whose lease was lost (nothing written for it).
     ///
     /// # Errors
-    /// [`StoreError::Database`] on database failure.
-    async fn record_verdict(
-        &self,
-        leased: &Leased,
-        verdict: &Verdict,
-        attempt: Option<&AttemptRecord>,
-    ) -> Result<bool>;
+    /// [`StoreError::Database`] on database failure; nothing is written.
+    async fn record_decisions(&self, decisions: &[Decision]) -> Result<Vec<bool>>;
 
     /// Marks `sending` effects whose lease expired as `unknown` (never back
     /// to `pending`: the dead dispatcher may have sent them).

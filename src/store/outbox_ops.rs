@@ -14,7 +14,7 @@ macro_rules! outbox_ops {
             use super::{insert_effect, record, Cx};
             use $crate::ledger::{Move, Moved, OwnerCall, Run};
             use $crate::outbox::{
-                ActionSwitch, AttemptRecord, AttemptView, Effect, FailClass, Leased, NewEffect, Verdict,
+                ActionSwitch, AttemptView, Decision, Effect, FailClass, Leased, NewEffect, Verdict,
             };
             use $crate::store::row::{AttemptRow, EffectRow, RunRow, SwitchRow};
             use $crate::store::sql::{explain_lost, Statements};
@@ -67,34 +67,49 @@ macro_rules! outbox_ops {
                     .bind(limit)
                     .fetch_all(cx.write)
                     .await?;
+                if rows.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let runs: Vec<(String, String, i64, String)> = sqlx::query_as(&cx.st.outbox.runs_for_send)
+                    .bind(owner)
+                    .fetch_all(cx.write)
+                    .await?;
+                let runs: std::collections::HashMap<(String, String), (i64, String)> =
+                    runs.into_iter().map(|(ns, key, version, corr)| ((ns, key), (version, corr))).collect();
                 let mut leased = Vec::with_capacity(rows.len());
                 for row in rows {
                     let effect = row.into_effect()?;
-                    let (version, correlation_id): (i64, String) = sqlx::query_as(&cx.st.outbox.run_for_send)
-                        .bind(&effect.namespace)
-                        .bind(&effect.key)
-                        .fetch_one(cx.read)
-                        .await?;
+                    let Some((version, correlation_id)) = runs.get(&(effect.namespace.clone(), effect.key.clone())) else {
+                        return Err(StoreError::Corrupt(format!("effect {} has no run", effect.id)));
+                    };
                     leased.push(Leased {
                         first_sent_at: effect.first_sent_at,
+                        run_version: *version,
+                        correlation_id: correlation_id.clone(),
                         effect,
                         owner: owner.to_owned(),
-                        run_version: version,
-                        correlation_id,
                     });
                 }
                 Ok(leased)
             }
 
-            /// Records a verdict by compare-and-set on the lease, with its
-            /// attempt evidence and the run's move, in one transaction.
-            /// Returns false when the lease was lost (nothing written).
-            pub(crate) async fn record_verdict(
-                cx: &Cx<'_>,
-                leased: &Leased,
-                verdict: &Verdict,
-                attempt: Option<&AttemptRecord>,
-            ) -> Result<bool> {
+            /// Records a batch of decisions in one transaction: each by
+            /// compare-and-set on its lease, with its attempt evidence and
+            /// its run's move. `false` marks a decision whose lease was lost
+            /// (nothing written for it).
+            pub(crate) async fn record_decisions(cx: &Cx<'_>, decisions: &[Decision]) -> Result<Vec<bool>> {
+                let mut tx = cx.write.begin().await?;
+                let mut recorded = Vec::with_capacity(decisions.len());
+                for decision in decisions {
+                    recorded.push(record_one(&mut tx, cx, decision).await?);
+                }
+                tx.commit().await?;
+                Ok(recorded)
+            }
+
+            async fn record_one(tx: &mut Transaction<'static, $db>, cx: &Cx<'_>, decision: &Decision) -> Result<bool> {
+                let Decision { leased, verdict, attempt } = decision;
+                let attempt = attempt.as_ref();
                 let (next_at, error) = match verdict {
                     Verdict::Retry { at } | Verdict::Unknown { at } => (Some(*at), None),
                     Verdict::Failed { reason, .. } => (None, Some(reason.as_str())),
@@ -106,7 +121,6 @@ macro_rules! outbox_ops {
                 };
                 let error = error.or(attempt.and_then(|a| a.error.as_deref()));
                 let sent = i64::from(attempt.is_some_and(|a| a.sent));
-                let mut tx = cx.write.begin().await?;
                 let updated = sqlx::query_as::<_, EffectRow>(&cx.st.outbox.record)
                     .bind(cx.now)
                     .bind(&leased.effect.id)
@@ -119,12 +133,9 @@ macro_rules! outbox_ops {
                     .bind(attempt.map(|a| a.class.as_str()))
                     .bind(error)
                     .bind(attempt.map(|a| a.started_at))
-                    .fetch_optional(&mut *tx)
+                    .fetch_optional(&mut **tx)
                     .await?;
-                let Some(row) = updated else {
-                    tx.rollback().await?;
-                    return Ok(false);
-                };
+                let Some(row) = updated else { return Ok(false) };
                 let effect = row.into_effect()?;
                 if let Some(attempt) = attempt {
                     sqlx::query(&cx.st.outbox.insert_attempt)
@@ -136,11 +147,10 @@ macro_rules! outbox_ops {
                         .bind(attempt.status)
                         .bind(&attempt.error)
                         .bind(attempt.evidence.to_string())
-                        .execute(&mut *tx)
+                        .execute(&mut **tx)
                         .await?;
                 }
-                settle_run(&mut tx, cx, &effect, verdict, &leased.owner).await?;
-                tx.commit().await?;
+                settle_run(tx, cx, &effect, verdict, &leased.owner).await?;
                 Ok(true)
             }
 

@@ -8,8 +8,8 @@ pub struct OutboxStatements {
     /// Leases due effects of approved runs on enabled targets.
     /// Binds: now, owner, lease_ms, limit.
     pub lease: String,
-    /// The run fields a send needs. Binds: namespace, key.
-    pub run_for_send: String,
+    /// The run fields the sends of one lease need. Binds: owner.
+    pub runs_for_send: String,
     /// Records a verdict by compare-and-set on the lease. Binds: now, id,
     /// owner, state, next_attempt_at, sent (0/1), external_ref, status,
     /// class, error, started_at.
@@ -62,7 +62,9 @@ impl OutboxStatements {
                    AND state IN ('pending', 'unknown') \
                  RETURNING {EFFECT_COLUMNS}"
             ),
-            run_for_send: "SELECT version, correlation_id FROM runs WHERE namespace = $1 AND run_key = $2"
+            runs_for_send: "SELECT r.namespace, r.run_key, r.version, r.correlation_id FROM runs r \
+                 WHERE EXISTS (SELECT 1 FROM effects e WHERE e.lease_owner = $1 AND e.state = 'sending' \
+                     AND e.namespace = r.namespace AND e.run_key = r.run_key)"
                 .into(),
             record: format!(
                 "UPDATE effects SET state = $4, next_attempt_at = COALESCE($5, next_attempt_at), \

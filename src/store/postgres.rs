@@ -20,7 +20,7 @@ use crate::ingress::RawEvent;
 use crate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Moved, Namespace, OwnerCall, OwnerMove, Run,
 };
-use crate::outbox::{ActionSwitch, AttemptRecord, AttemptView, Effect, Leased, NewEffect, Verdict};
+use crate::outbox::{ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffect};
 use serde_json::Value;
 
 mod ops {
@@ -29,6 +29,22 @@ mod ops {
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
+
+/// Parallel transactions a batch of dispatch decisions is recorded in.
+const RECORD_CHUNKS: usize = 4;
+
+/// Splits decisions into at most `n` groups, keeping each run's together.
+fn chunk_by_run(decisions: &[Decision], n: usize) -> Vec<Vec<Decision>> {
+    use std::hash::{Hash, Hasher};
+    let mut chunks: Vec<Vec<Decision>> = vec![Vec::new(); n];
+    for d in decisions {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (&d.leased.effect.namespace, &d.leased.effect.key).hash(&mut h);
+        chunks[(h.finish() % n as u64) as usize].push(d.clone());
+    }
+    chunks.retain(|c| !c.is_empty());
+    chunks
+}
 
 /// The PostgreSQL store.
 #[derive(Debug)]
@@ -138,13 +154,29 @@ impl Store for PgStore {
         ops::outbox::lease(&self.cx(), owner, lease_ms, limit).await
     }
 
-    async fn record_verdict(
-        &self,
-        leased: &Leased,
-        verdict: &Verdict,
-        attempt: Option<&AttemptRecord>,
-    ) -> Result<bool> {
-        ops::outbox::record_verdict(&self.cx(), leased, verdict, attempt).await
+    async fn record_decisions(&self, decisions: &[Decision]) -> Result<Vec<bool>> {
+        // Several transactions in parallel over the pool; every decision of
+        // one run stays in one chunk, so no two chunks lock the same run row.
+        let chunks = chunk_by_run(decisions, RECORD_CHUNKS);
+        let cx = self.cx();
+        let results = futures_util::future::join_all(
+            chunks
+                .iter()
+                .map(|chunk| ops::outbox::record_decisions(&cx, chunk)),
+        )
+        .await;
+        let mut recorded = vec![false; decisions.len()];
+        for (chunk, result) in chunks.iter().zip(results) {
+            for (decision, ok) in chunk.iter().zip(result?) {
+                if let Some(i) = decisions
+                    .iter()
+                    .position(|d| d.leased.effect.id == decision.leased.effect.id)
+                {
+                    recorded[i] = ok;
+                }
+            }
+        }
+        Ok(recorded)
     }
 
     async fn expire_sending(&self) -> Result<u64> {

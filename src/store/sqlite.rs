@@ -21,7 +21,7 @@ use crate::ingress::RawEvent;
 use crate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Moved, Namespace, OwnerCall, OwnerMove, Run,
 };
-use crate::outbox::{ActionSwitch, AttemptRecord, AttemptView, Effect, Leased, NewEffect, Verdict};
+use crate::outbox::{ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffect};
 use serde_json::Value;
 
 mod ops {
@@ -158,13 +158,8 @@ impl Store for SqliteStore {
         ops::outbox::lease(&self.cx(), owner, lease_ms, limit).await
     }
 
-    async fn record_verdict(
-        &self,
-        leased: &Leased,
-        verdict: &Verdict,
-        attempt: Option<&AttemptRecord>,
-    ) -> Result<bool> {
-        ops::outbox::record_verdict(&self.cx(), leased, verdict, attempt).await
+    async fn record_decisions(&self, decisions: &[Decision]) -> Result<Vec<bool>> {
+        ops::outbox::record_decisions(&self.cx(), decisions).await
     }
 
     async fn expire_sending(&self) -> Result<u64> {
