@@ -48,6 +48,9 @@ enum Bench {
         /// Seconds of the latency phase.
         #[arg(long, default_value_t = 10)]
         seconds: u64,
+        /// Concurrent dispatch steps.
+        #[arg(long, default_value_t = 4)]
+        workers: usize,
         /// PostgreSQL server (a database is created and dropped).
         #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
         pg_url: String,
@@ -65,6 +68,7 @@ async fn main() -> Result<()> {
             effects,
             rate,
             seconds,
+            workers,
             pg_url,
         } => {
             println!(
@@ -72,7 +76,8 @@ async fn main() -> Result<()> {
             );
             println!("| --- | ---: | ---: | ---: | ---: | ---: |");
             for backend in backends {
-                let row = dispatch_bench(&backend, effects, rate, seconds, &pg_url).await?;
+                let row =
+                    dispatch_bench(&backend, effects, rate, seconds, workers, &pg_url).await?;
                 println!("{row}");
             }
             Ok(())
@@ -182,6 +187,7 @@ async fn dispatch_bench(
     effects: usize,
     rate: u64,
     seconds: u64,
+    workers: usize,
     pg_url: &str,
 ) -> Result<String> {
     let db = database(backend, pg_url).await?;
@@ -190,7 +196,7 @@ async fn dispatch_bench(
     let url = format!("{base}/send");
     let config: Config = toml::from_str(&format!(
         "[[targets]]\nname = \"local\"\nbase_url = \"{base}\"\nconcurrency = 64\n\
-         [dispatcher]\nbatch_size = 256\nidle_poll_ms = 250\n"
+         [dispatcher]\nbatch_size = 256\nidle_poll_ms = 250\nworkers = {workers}\n"
     ))?;
     let clock = Arc::new(SystemClock);
     let options = StoreOptions {

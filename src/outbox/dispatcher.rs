@@ -41,6 +41,9 @@ pub struct DispatcherConfig {
     pub idle_poll_ms: u64,
     /// False holds every effect at start (`ONCEGATE_ACTIONS_ENABLED=false`).
     pub actions_enabled: bool,
+    /// Steps run concurrently, so one batch's sends overlap another's
+    /// database work.
+    pub workers: usize,
 }
 
 impl Default for DispatcherConfig {
@@ -51,6 +54,7 @@ impl Default for DispatcherConfig {
             lease_ms: 60_000,
             idle_poll_ms: 250,
             actions_enabled: true,
+            workers: 4,
         }
     }
 }
@@ -126,10 +130,22 @@ impl Dispatcher {
         &self.switch
     }
 
-    /// Runs steps until `shutdown`: back to back while batches come full,
-    /// otherwise waiting for a wake-up or the idle poll.
+    /// Runs `workers` step loops until `shutdown`, then waits for each to
+    /// finish its step (so every send in flight is recorded).
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        tracing::info!(owner = %self.owner, "dispatcher started");
+        tracing::info!(owner = %self.owner, workers = self.config.workers, "dispatcher started");
+        let loops: Vec<_> = (0..self.config.workers.max(1))
+            .map(|_| tokio::spawn(self.clone().step_loop(shutdown.clone())))
+            .collect();
+        for worker in loops {
+            let _ = worker.await;
+        }
+        tracing::info!(owner = %self.owner, "dispatcher stopped");
+    }
+
+    /// Steps back to back while batches come full, otherwise waits for a
+    /// wake-up or the idle poll.
+    async fn step_loop(self: Arc<Self>, shutdown: CancellationToken) {
         loop {
             let full = match self.dispatch_once().await {
                 Ok(report) => report.leased as i64 >= self.config.batch_size,
@@ -147,7 +163,6 @@ impl Dispatcher {
                 () = tokio::time::sleep(Duration::from_millis(self.config.idle_poll_ms)) => {}
             }
         }
-        tracing::info!(owner = %self.owner, "dispatcher stopped");
     }
 
     /// One step: expire dead leases, lease a batch, send it concurrently,
