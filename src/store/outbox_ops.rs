@@ -11,13 +11,13 @@ macro_rules! outbox_ops {
             use serde_json::{json, Value};
             use sqlx::{Pool, Transaction};
 
-            use super::{insert_effect, record, Cx};
+            use super::{owner_move, record, Cx, MoveFields};
             use $crate::ledger::{Move, Moved, OwnerCall, Run};
             use $crate::outbox::{
                 ActionSwitch, AttemptView, Decision, Effect, FailClass, Leased, NewEffect, Verdict,
             };
             use $crate::store::row::{AttemptRow, EffectRow, RunRow, SwitchRow};
-            use $crate::store::sql::{explain_lost, Statements};
+            use $crate::store::sql::Statements;
             use $crate::store::{Result, StoreError};
 
             /// The owner's decision: effects queued and the run `approved`
@@ -29,33 +29,10 @@ macro_rules! outbox_ops {
                 effects: &[NewEffect],
             ) -> Result<Moved> {
                 let kind = if effects.is_empty() { Move::Complete } else { Move::Approve };
-                let mut tx = cx.write.begin().await?;
-                let updated = sqlx::query_as::<_, RunRow>(&cx.st.finish[&kind])
-                    .bind(cx.now)
-                    .bind(call.namespace.as_str())
-                    .bind(call.key.as_str())
-                    .bind(call.lease.owner.to_hex())
-                    .bind(call.lease.version.get())
-                    .bind(result.map(Value::to_string))
-                    .bind(None::<String>)
-                    .bind(None::<String>)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                let Some(row) = updated else {
-                    tx.rollback().await?;
-                    let current = super::fetch(cx.read, cx.st, &call.namespace, &call.key).await?;
-                    let why = explain_lost(current.as_ref(), &call.lease, cx.clock_now);
-                    return Err(StoreError::LostOwnership { current: current.map(Box::new), why });
-                };
-                let run = row.to_run()?;
                 let types: Vec<&str> = effects.iter().map(|e| e.effect_type.as_str()).collect();
                 let detail = json!({ "effects": types, "has_result": result.is_some() });
-                record(&mut tx, cx.st, &row, &run, kind, &call.actor, detail).await?;
-                for effect in effects {
-                    insert_effect(&mut tx, cx, &run, effect).await?;
-                }
-                tx.commit().await?;
-                Ok(Moved { run, lease: None })
+                let fields = MoveFields { result: result.map(Value::to_string), error: None, reason: None };
+                owner_move(cx, call, kind, fields, detail, effects).await
             }
 
             /// Leases up to `limit` due effects for `owner`.

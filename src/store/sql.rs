@@ -557,6 +557,7 @@ macro_rules! ledger_ops {
             updated: Option<RunRow>,
             kind: Move,
             detail: Value,
+            effects: &[NewEffect],
         ) -> Result<Moved> {
             let st = cx.st;
             let Some(row) = updated else {
@@ -567,6 +568,9 @@ macro_rules! ledger_ops {
             };
             let run = row.to_run()?;
             record(&mut tx, st, &row, &run, kind, &call.actor, detail).await?;
+            for effect in effects {
+                insert_effect(&mut tx, cx, &run, effect).await?;
+            }
             tx.commit().await?;
             let lease = run.lease;
             Ok(Moved { run, lease })
@@ -590,7 +594,7 @@ macro_rules! ledger_ops {
                 .fetch_optional(&mut *tx)
                 .await?;
             let detail = json!({ "lease_ms": lease_ms });
-            conclude(cx, tx, call, updated, Move::Renew, detail).await
+            conclude(cx, tx, call, updated, Move::Renew, detail, &[]).await
         }
 
         pub(crate) async fn finish(cx: &Cx<'_>, call: &OwnerCall, mv: &OwnerMove) -> Result<Moved> {
@@ -600,7 +604,27 @@ macro_rules! ledger_ops {
                 OwnerMove::FailTerminal { error } => (None, Some(error.as_str()), Some(error.as_str())),
             };
             let detail = json!({ "error": error, "has_result": result.is_some() });
-            let kind = mv.as_move();
+            let fields = MoveFields { result, error, reason };
+            owner_move(cx, call, mv.as_move(), fields, detail, &[]).await
+        }
+
+        /// What an owner move writes besides the state.
+        pub(crate) struct MoveFields<'a> {
+            pub(crate) result: Option<String>,
+            pub(crate) error: Option<&'a str>,
+            pub(crate) reason: Option<&'a str>,
+        }
+
+        /// An owner's move out of `processing` by compare-and-set, with its
+        /// audit entry and any effects it permits, in one transaction.
+        pub(crate) async fn owner_move(
+            cx: &Cx<'_>,
+            call: &OwnerCall,
+            kind: Move,
+            fields: MoveFields<'_>,
+            detail: Value,
+            effects: &[NewEffect],
+        ) -> Result<Moved> {
             let mut tx = cx.write.begin().await?;
             let updated = sqlx::query_as::<_, RunRow>(&cx.st.finish[&kind])
                 .bind(cx.now)
@@ -608,12 +632,12 @@ macro_rules! ledger_ops {
                 .bind(call.key.as_str())
                 .bind(call.lease.owner.to_hex())
                 .bind(call.lease.version.get())
-                .bind(result)
-                .bind(error)
-                .bind(reason)
+                .bind(fields.result)
+                .bind(fields.error)
+                .bind(fields.reason)
                 .fetch_optional(&mut *tx)
                 .await?;
-            conclude(cx, tx, call, updated, kind, detail).await
+            conclude(cx, tx, call, updated, kind, detail, effects).await
         }
 
         pub(crate) async fn audit_trail(
