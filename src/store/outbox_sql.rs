@@ -62,9 +62,9 @@ impl OutboxStatements {
                    AND state IN ('pending', 'unknown') \
                  RETURNING {EFFECT_COLUMNS}"
             ),
-            runs_for_send: "SELECT r.namespace, r.run_key, r.version, r.correlation_id FROM runs r \
-                 WHERE EXISTS (SELECT 1 FROM effects e WHERE e.lease_owner = $1 AND e.state = 'sending' \
-                     AND e.namespace = r.namespace AND e.run_key = r.run_key)"
+            runs_for_send: "SELECT DISTINCT r.namespace, r.run_key, r.version, r.correlation_id \
+                 FROM effects e JOIN runs r ON r.namespace = e.namespace AND r.run_key = e.run_key \
+                 WHERE e.state = 'sending' AND e.lease_owner = $1"
                 .into(),
             record: format!(
                 "UPDATE effects SET state = $4, next_attempt_at = COALESCE($5, next_attempt_at), \
