@@ -4,7 +4,7 @@
 //! tests running several apps in one process count separately. Labels hold
 //! namespaces and outcome names only, never a key, token or payload value.
 
-use prometheus::{Encoder, IntCounterVec, Opts, Registry, TextEncoder};
+use prometheus::{Encoder, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
 
 /// The service's metrics.
 #[derive(Debug, Clone)]
@@ -27,6 +27,10 @@ pub struct Metrics {
     pub retry_exhaustions: IntCounterVec,
     /// Effects whose outcome became unknown, by target.
     pub unknown_outcomes: IntCounterVec,
+    /// Outstanding effects by target and state, read at scrape time.
+    pub effects_outstanding: IntGaugeVec,
+    /// Pending effects whose target the kill switch holds, read at scrape time.
+    pub effects_held: IntGaugeVec,
 }
 
 impl Metrics {
@@ -84,6 +88,18 @@ impl Metrics {
                 "Effect attempts whose outcome is unknown (sent, answer lost), by target.",
                 &["target"],
             ),
+            effects_outstanding: gauge(
+                &registry,
+                "oncegate_effects_outstanding",
+                "Effects not yet finished, by target and state (pending, sending, unknown).",
+                &["target", "state"],
+            ),
+            effects_held: gauge(
+                &registry,
+                "oncegate_effects_held",
+                "Pending effects held by the kill switch, by target.",
+                &["target"],
+            ),
             registry,
         }
     }
@@ -100,6 +116,14 @@ impl Metrics {
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         String::from_utf8(buf).unwrap_or_default()
     }
+}
+
+fn gauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+    registry
+        .register(Box::new(g.clone()))
+        .expect("registered once");
+    g
 }
 
 impl Default for Metrics {
