@@ -7,6 +7,13 @@
 //! - [`store`]: the [`store::Store`] trait and its SQLite (embedded default)
 //!   and PostgreSQL (many nodes) backends; the atomic claim and every
 //!   compare-and-set move are single guarded statements there.
+//! - [`ingress`]: `POST /hooks/{source}`: provider signatures verified on
+//!   the raw bytes, then claim, raw event and forward effect in one
+//!   transaction.
+//! - [`outbox`]: effects (intended external writes) committed with the
+//!   move that permits them, and the dispatcher that sends each once with
+//!   its idempotency key, classifies the outcome, retries within budget,
+//!   reconciles the unknown and obeys the kill switch.
 //! - [`audit`]: the append-only, per-key hash-chained event log written in
 //!   the same transaction as every claim and move.
 //! - [`api`]: the versioned JSON API over HTTP (axum), bearer tokens with
@@ -31,6 +38,14 @@
 //! completes or fails the run by presenting its lease; each move is a
 //! compare-and-set on owner, version and a live lease, so an owner that
 //! lost the run is told so (409) and must not act.
+//!
+//! An owner that wants something sent does not send it: it commits its
+//! decision (`POST /v1/runs/commit`) and the effects enter the outbox in
+//! the same transaction as the run's move to `approved`. The dispatcher
+//! leases due effects, sends them outside any transaction, and records each
+//! verdict, its evidence and the run's final move by compare-and-set.
+//! Webhooks take the same road: the ingress stores the raw event and its
+//! forward effect before it acknowledges the provider.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
