@@ -37,13 +37,22 @@ macro_rules! outbox_ops {
 
             /// Leases up to `limit` due effects for `owner`.
             pub(crate) async fn lease(cx: &Cx<'_>, owner: &str, lease_ms: i64, limit: i64) -> Result<Vec<Leased>> {
-                let rows = sqlx::query_as::<_, EffectRow>(&cx.st.outbox.lease)
-                    .bind(cx.now)
-                    .bind(owner)
-                    .bind(lease_ms)
-                    .bind(limit)
-                    .fetch_all(cx.write)
-                    .await?;
+                let mut rows = Vec::new();
+                for statement in &cx.st.outbox.lease {
+                    let room = limit - rows.len() as i64;
+                    if room <= 0 {
+                        break;
+                    }
+                    rows.extend(
+                        sqlx::query_as::<_, EffectRow>(statement)
+                            .bind(cx.now)
+                            .bind(owner)
+                            .bind(lease_ms)
+                            .bind(room)
+                            .fetch_all(cx.write)
+                            .await?,
+                    );
+                }
                 if rows.is_empty() {
                     return Ok(Vec::new());
                 }

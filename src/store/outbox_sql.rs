@@ -5,9 +5,12 @@ use super::sql::{Dialect, EFFECT_COLUMNS, RUN_COLUMNS};
 /// The outbox statements, spelled for one backend.
 #[derive(Debug, Clone)]
 pub struct OutboxStatements {
-    /// Leases due effects of approved runs on enabled targets.
+    /// Leases due effects of approved runs on enabled targets, one
+    /// statement per state so each walks the `(state, next_attempt_at)`
+    /// index in order instead of sorting every due row: `unknown` ones
+    /// (reconciliation, few) first, then `pending`.
     /// Binds: now, owner, lease_ms, limit.
-    pub lease: String,
+    pub lease: [String; 2],
     /// The run fields the sends of one lease need. Binds: owner.
     pub runs_for_send: String,
     /// Records a verdict by compare-and-set on the lease. Binds: now, id,
@@ -48,20 +51,22 @@ impl OutboxStatements {
             Dialect::Postgres => "FOR UPDATE OF e SKIP LOCKED",
         };
         Self {
-            lease: format!(
-                "UPDATE effects SET state = 'sending', lease_owner = $2, \
-                     lease_expires_at = {now} + $3, updated_at = {now} \
-                 WHERE id IN (SELECT e.id FROM effects e \
-                     JOIN runs r ON r.namespace = e.namespace AND r.run_key = e.run_key \
-                     WHERE e.state IN ('pending', 'unknown') AND e.next_attempt_at <= {now} \
-                       AND (e.not_before IS NULL OR e.not_before <= {now}) \
-                       AND r.state = 'approved' \
-                       AND NOT EXISTS (SELECT 1 FROM action_switches s WHERE s.enabled = 0 \
-                           AND (s.scope = '*' OR s.scope = e.target)) \
-                     ORDER BY e.next_attempt_at LIMIT $4 {skip_locked}) \
-                   AND state IN ('pending', 'unknown') \
-                 RETURNING {EFFECT_COLUMNS}"
-            ),
+            lease: ["unknown", "pending"].map(|state| {
+                format!(
+                    "UPDATE effects SET state = 'sending', lease_owner = $2, \
+                         lease_expires_at = {now} + $3, updated_at = {now} \
+                     WHERE id IN (SELECT e.id FROM effects e \
+                         JOIN runs r ON r.namespace = e.namespace AND r.run_key = e.run_key \
+                         WHERE e.state = '{state}' AND e.next_attempt_at <= {now} \
+                           AND (e.not_before IS NULL OR e.not_before <= {now}) \
+                           AND r.state = 'approved' \
+                           AND NOT EXISTS (SELECT 1 FROM action_switches s WHERE s.enabled = 0 \
+                               AND (s.scope = '*' OR s.scope = e.target)) \
+                         ORDER BY e.next_attempt_at LIMIT $4 {skip_locked}) \
+                       AND state = '{state}' \
+                     RETURNING {EFFECT_COLUMNS}"
+                )
+            }),
             runs_for_send: "SELECT DISTINCT r.namespace, r.run_key, r.version, r.correlation_id \
                  FROM effects e JOIN runs r ON r.namespace = e.namespace AND r.run_key = e.run_key \
                  WHERE e.state = 'sending' AND e.lease_owner = $1"
