@@ -8,10 +8,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use oncegate::clock::{Clock, ManualClock};
 use oncegate::config::Config;
-use oncegate::ledger::{
-    ClaimOutcome, ClaimRequest, IdempotencyKey, Namespace, OwnerCall, PayloadHash, RunMetadata,
-};
-use oncegate::outbox::{EffectSpec, NewEffect};
+use oncegate::ledger::{IdempotencyKey, Namespace};
 use serde_json::{json, Value};
 
 use crate::harness::{on_both_backends, Backend, TestApp, TestDb};
@@ -450,37 +447,11 @@ async fn retry_schedule_stays_inside_the_budget(backend: Backend) {
         mock.base_url()
     ))
     .unwrap();
-    let claim = ClaimRequest {
-        namespace: Namespace::parse("crm").unwrap(),
-        key: IdempotencyKey::parse("c1").unwrap(),
-        business_key: None,
-        payload_hash: PayloadHash::of_bytes(b"x"),
-        lease_ms: 30_000,
-        metadata: RunMetadata::default(),
-        claimed_by: "n8n".into(),
-    };
-    let ClaimOutcome::Claimed { lease, .. } = store.claim(&claim).await.unwrap() else {
-        panic!()
-    };
-    let call = OwnerCall {
-        namespace: claim.namespace.clone(),
-        key: claim.key.clone(),
-        lease,
-        actor: "n8n".into(),
-    };
-    let effect = NewEffect {
-        operation: "send_email".into(),
-        effect_type: "send_email".into(),
-        target: "mock".into(),
-        method: "POST".into(),
-        url: format!("{}/busy", mock.base_url()),
-        headers: Default::default(),
-        body: None,
-        idempotency_key: "crm:c1:send_email".into(),
-        spec: EffectSpec::default(),
-        not_before: None,
-    };
-    store.commit(&call, None, &[effect]).await.unwrap();
+    crate::harness::queue_effect(&store, "c1", "mock", format!("{}/busy", mock.base_url())).await;
+    let (namespace, key) = (
+        Namespace::parse("crm").unwrap(),
+        IdempotencyKey::parse("c1").unwrap(),
+    );
     let dispatcher = oncegate::outbox::Dispatcher::new(
         store.clone(),
         &target.targets,
@@ -498,10 +469,7 @@ async fn retry_schedule_stays_inside_the_budget(backend: Backend) {
             1,
             "attempt {attempt}"
         );
-        let effect = &store
-            .effects_of(&claim.namespace, &claim.key)
-            .await
-            .unwrap()[0];
+        let effect = &store.effects_of(&namespace, &key).await.unwrap()[0];
         assert_eq!(
             (effect.state.as_str(), effect.attempts),
             ("pending", attempt)
@@ -523,16 +491,9 @@ async fn retry_schedule_stays_inside_the_budget(backend: Backend) {
         1,
         "attempt 3"
     );
-    let effect = &store
-        .effects_of(&claim.namespace, &claim.key)
-        .await
-        .unwrap()[0];
+    let effect = &store.effects_of(&namespace, &key).await.unwrap()[0];
     assert_eq!((effect.state.as_str(), effect.attempts), ("failed", 3));
-    let run = store
-        .get_run(&claim.namespace, &claim.key)
-        .await
-        .unwrap()
-        .unwrap();
+    let run = store.get_run(&namespace, &key).await.unwrap().unwrap();
     assert_eq!(run.state.as_str(), "dead_lettered");
     assert_eq!(
         db.count("SELECT COUNT(*) FROM dead_letters WHERE class = 'retry_exhausted'")

@@ -7,13 +7,9 @@ use std::time::Duration;
 
 use oncegate::clock::SystemClock;
 use oncegate::config::Config;
-use oncegate::ledger::{
-    ClaimOutcome, ClaimRequest, IdempotencyKey, Namespace, OwnerCall, PayloadHash, RunMetadata,
-};
-use oncegate::outbox::{EffectSpec, NewEffect};
-use oncegate::store::SharedStore;
+use oncegate::ledger::{IdempotencyKey, Namespace};
 
-use crate::harness::{eventually, Backend, TestDb};
+use crate::harness::{eventually, queue_effect as queue, Backend, TestDb};
 use crate::process::{command, write_config_with, Server};
 use crate::target::{Behaviour, MockTarget};
 
@@ -26,41 +22,6 @@ fn targets_toml(base: &str, lease_ms: i64) -> String {
          timeout_ms = 1500\nconnect_timeout_ms = 500\nretry = {{ base_ms = 1, cap_ms = 5 }}\n\n\
          [[operations]]\nname = \"send_email\"\ngate = \"none\"\n"
     )
-}
-
-/// Claims and commits one effect directly through a store.
-async fn queue(store: &SharedStore, key: &str, target: &str, url: String) {
-    let claim = ClaimRequest {
-        namespace: Namespace::parse("crm").unwrap(),
-        key: IdempotencyKey::parse(key).unwrap(),
-        business_key: None,
-        payload_hash: PayloadHash::of_bytes(key.as_bytes()),
-        lease_ms: 30_000,
-        metadata: RunMetadata::default(),
-        claimed_by: "test".into(),
-    };
-    let ClaimOutcome::Claimed { lease, .. } = store.claim(&claim).await.unwrap() else {
-        panic!("claim {key}")
-    };
-    let call = OwnerCall {
-        namespace: claim.namespace,
-        key: claim.key,
-        lease,
-        actor: "test".into(),
-    };
-    let effect = NewEffect {
-        operation: "send_email".into(),
-        effect_type: "send_email".into(),
-        target: target.into(),
-        method: "POST".into(),
-        url,
-        headers: Default::default(),
-        body: Some(b"{}".to_vec()),
-        idempotency_key: format!("crm:{key}:send_email"),
-        spec: EffectSpec::default(),
-        not_before: None,
-    };
-    store.commit(&call, None, &[effect]).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

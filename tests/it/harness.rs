@@ -13,6 +13,10 @@ use oncegate::api::auth::{digest, generate_token};
 use oncegate::cli;
 use oncegate::clock::{ManualClock, SharedClock, SystemClock};
 use oncegate::config::{Config, Scope, TokenConfig};
+use oncegate::ledger::{
+    ClaimOutcome, ClaimRequest, IdempotencyKey, Namespace, OwnerCall, PayloadHash, RunMetadata,
+};
+use oncegate::outbox::{EffectSpec, NewEffect};
 use oncegate::store::{self, SharedStore, StoreOptions};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -379,6 +383,42 @@ impl Drop for TestApp {
     fn drop(&mut self) {
         self.shutdown.cancel();
     }
+}
+
+/// Claims `crm/<key>` and commits one `send_email` effect directly
+/// through a store (key `crm:<key>:send_email`).
+pub async fn queue_effect(store: &SharedStore, key: &str, target: &str, url: String) {
+    let claim = ClaimRequest {
+        namespace: Namespace::parse("crm").unwrap(),
+        key: IdempotencyKey::parse(key).unwrap(),
+        business_key: None,
+        payload_hash: PayloadHash::of_bytes(key.as_bytes()),
+        lease_ms: 30_000,
+        metadata: RunMetadata::default(),
+        claimed_by: "test".into(),
+    };
+    let ClaimOutcome::Claimed { lease, .. } = store.claim(&claim).await.unwrap() else {
+        panic!("claim {key}")
+    };
+    let call = OwnerCall {
+        namespace: claim.namespace,
+        key: claim.key,
+        lease,
+        actor: "test".into(),
+    };
+    let effect = NewEffect {
+        operation: "send_email".into(),
+        effect_type: "send_email".into(),
+        target: target.into(),
+        method: "POST".into(),
+        url,
+        headers: Default::default(),
+        body: Some(b"{}".to_vec()),
+        idempotency_key: format!("crm:{key}:send_email"),
+        spec: EffectSpec::default(),
+        not_before: None,
+    };
+    store.commit(&call, None, &[effect]).await.unwrap();
 }
 
 /// Polls `check` until it returns `Some`, panicking after `timeout`.
