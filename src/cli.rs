@@ -307,7 +307,7 @@ pub async fn build_state(
         sources: Arc::new(sources),
         store,
         auth: Arc::new(auth),
-        metrics: Arc::new(Metrics::new()),
+        metrics: Arc::new(Metrics::from_config(&config)),
         config: Arc::new(config),
         clock,
     };

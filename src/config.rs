@@ -74,6 +74,8 @@ pub struct Config {
     pub operations: Vec<OperationConfig>,
     /// The dispatcher inside `serve`.
     pub dispatcher: DispatcherConfig,
+    /// Metric label bounds (ops/metrics).
+    pub metrics: crate::ops::MetricsConfig,
 }
 
 /// `[server]`.
@@ -355,6 +357,10 @@ impl Config {
         self.validate_targets()?;
         self.validate_sources()?;
         self.validate_operations()?;
+        // ops/metrics
+        self.metrics
+            .validate()
+            .map_err(|(field, message)| ConfigError::field(field, message))?;
         let d = &self.dispatcher;
         if d.batch_size < 1 || d.batch_size > 10_000 {
             return Err(ConfigError::field(

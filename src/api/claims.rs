@@ -12,6 +12,7 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, Result};
 use super::runs::{optional_text, RunRef};
+use super::telemetry::{record_run, CorrelationId};
 use super::{auth, ApiJson, AppState, Caller};
 use crate::clock::to_datetime;
 use crate::ledger::{
@@ -121,7 +122,16 @@ impl ClaimResponse {
 }
 
 impl ClaimBody {
-    fn into_request(self, subject: &str, app: &AppState) -> Result<ClaimRequest> {
+    /// The claim; a body without `correlation_id` takes the request's.
+    fn into_request(
+        mut self,
+        subject: &str,
+        app: &AppState,
+        correlation: Option<CorrelationId>,
+    ) -> Result<ClaimRequest> {
+        if self.correlation_id.is_none() {
+            self.correlation_id = correlation.map(|c| c.0);
+        }
         let ledger = &app.config.ledger;
         let payload_hash = match (self.payload, self.payload_hash) {
             (Some(_), Some(_)) => {
@@ -178,15 +188,15 @@ impl ClaimBody {
 pub(super) async fn claim(
     State(app): State<AppState>,
     caller: Caller,
+    correlation: Option<axum::Extension<CorrelationId>>,
     ApiJson(body): ApiJson<ClaimBody>,
 ) -> Result<Response> {
-    let req = body.into_request(&caller.subject, &app)?;
+    let correlation = correlation.map(|axum::Extension(c)| c);
+    let req = body.into_request(&caller.subject, &app, correlation)?;
+    record_run(req.namespace.as_str(), req.key.as_str(), None);
     let outcome = app.store.claim(&req).await?;
     let ns = req.namespace.as_str();
-    app.metrics
-        .claims
-        .with_label_values(&[ns, outcome.label()])
-        .inc();
+    app.metrics.claim_answered(ns, &outcome);
     let now = app.clock.now_ms();
     let mut retry_after_header = None;
     let body = match outcome {
@@ -195,8 +205,9 @@ pub(super) async fn claim(
             lease,
             reclaimed_from,
         } => {
+            tracing::Span::current().record("version", run.version.get());
             if reclaimed_from == Some(RunState::Processing) {
-                app.metrics.lease_steals.with_label_values(&[ns]).inc();
+                app.metrics.lease_stolen(ns);
                 tracing::warn!(
                     namespace = ns,
                     version = run.version.get(),
@@ -242,7 +253,7 @@ pub(super) async fn claim(
             body
         }
         ClaimOutcome::Conflict(run) => {
-            app.metrics.payload_conflicts.with_label_values(&[ns]).inc();
+            app.metrics.payload_conflict(ns);
             tracing::warn!(
                 namespace = ns,
                 "payload conflict: same key, different payload hash"

@@ -273,6 +273,7 @@ pub(super) async fn commit(
         .store
         .commit(&call, body.result.as_ref(), &effects)
         .await?;
+    app.metrics.run_moved(&moved.run);
     if !effects.is_empty() {
         app.wake.notify_one();
     }

@@ -43,41 +43,13 @@ pub(super) async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
     }
 }
 
-/// Prometheus text format.
+/// Prometheus text format: the counters and histograms, and the gauges
+/// read from the database now (backlog, held effects, stale leases, dead
+/// letters, kill switch).
 #[utoipa::path(get, path = "/metrics", tag = "ops", responses((status = 200, description = "Prometheus text format")))]
 pub(super) async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
-    refresh_outbox_gauges(&app).await;
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        app.metrics.render(),
+        app.metrics.scrape(app.store.as_ref()).await,
     )
-}
-
-/// Reads the outbox backlog and the kill switch into their gauges.
-async fn refresh_outbox_gauges(app: &AppState) {
-    let (Ok(backlog), Ok(switches)) =
-        (app.store.backlog().await, app.store.action_switches().await)
-    else {
-        tracing::warn!("cannot read the outbox backlog for /metrics");
-        return;
-    };
-    let held = |target: &str| {
-        switches
-            .iter()
-            .any(|s| !s.enabled && (s.scope == "*" || s.scope == target))
-    };
-    app.metrics.effects_outstanding.reset();
-    app.metrics.effects_held.reset();
-    for (target, state, count) in backlog {
-        app.metrics
-            .effects_outstanding
-            .with_label_values(&[&target, &state])
-            .set(count);
-        if state == "pending" && held(&target) {
-            app.metrics
-                .effects_held
-                .with_label_values(&[&target])
-                .add(count);
-        }
-    }
 }

@@ -2,19 +2,19 @@
 //!
 //! Each resource module owns its request and response types and a
 //! `router()`; [`router`] only merges them and adds the shared layers:
-//! tracing, the body limit, the request timeout. The run's identity always
+//! the request span and duration ([`telemetry`]), the body limit, the
+//! request timeout. The run's identity always
 //! travels in the JSON body or query string, never in the path, because
 //! keys may hold `/`, `?` or `#`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{DefaultBodyLimit, FromRequest, MatchedPath, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::Router;
 use serde::de::DeserializeOwned;
-use tower_http::trace::TraceLayer;
 
 use crate::clock::SharedClock;
 use crate::config::Config;
@@ -31,6 +31,8 @@ pub mod error;
 mod health;
 pub mod openapi;
 pub mod runs;
+// ops (metrics and logs): the request span and the duration histogram.
+pub mod telemetry;
 
 pub use auth::{Authenticator, Principal};
 pub use error::{ApiError, Problem};
@@ -70,13 +72,11 @@ pub fn router(state: AppState) -> Router {
         .merge(openapi::router())
         .layer(middleware::from_fn_with_state(state.clone(), timeout))
         .layer(DefaultBodyLimit::max(limit))
-        .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
-            let route = req
-                .extensions()
-                .get::<MatchedPath>()
-                .map_or("unmatched", MatchedPath::as_str);
-            tracing::info_span!("request", method = %req.method(), route)
-        }))
+        // Outermost: the span and the duration cover every layer above.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            telemetry::observe,
+        ))
         .with_state(state)
 }
 

@@ -95,13 +95,20 @@ pub(super) struct OwnerFields {
 }
 
 impl OwnerFields {
+    /// The parsed call; also records the run into the request's span.
     pub(super) fn into_call(self, actor: &str) -> Result<OwnerCall> {
-        Ok(OwnerCall {
+        let call = OwnerCall {
             namespace: Namespace::parse(self.namespace)?,
             key: IdempotencyKey::parse(self.key)?,
             lease: Lease::decode(&self.lease)?,
             actor: actor.to_owned(),
-        })
+        };
+        super::telemetry::record_run(
+            call.namespace.as_str(),
+            call.key.as_str(),
+            Some(call.lease.version.get()),
+        );
+        Ok(call)
     }
 }
 
@@ -249,6 +256,7 @@ pub(super) async fn complete(
             },
         )
         .await?;
+    app.metrics.run_moved(&moved.run);
     Ok(Json(moved.into()))
 }
 
@@ -284,6 +292,7 @@ pub(super) async fn fail(
     };
     let call = fields.into_call(&caller.subject)?;
     let moved = app.store.finish(&call, &mv).await?;
+    app.metrics.run_moved(&moved.run);
     Ok(Json(moved.into()))
 }
 

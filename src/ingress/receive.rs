@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use super::event::{RawEvent, RawStatus};
 use super::prepared::PreparedSource;
 use super::source::{ConflictPolicy, InFlightPolicy, Locator, SchemeName};
+use crate::api::telemetry::{record_run, CorrelationId};
 use crate::api::{ApiError, AppState};
 use crate::ledger::{
     BusinessKey, ClaimOutcome, ClaimRequest, IdempotencyKey, Namespace, PayloadHash, RunMetadata,
@@ -60,6 +61,7 @@ pub(crate) fn router() -> Router<AppState> {
 pub(crate) async fn receive(
     State(app): State<AppState>,
     Path(name): Path<String>,
+    correlation: Option<axum::Extension<CorrelationId>>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -77,10 +79,7 @@ pub(crate) async fn receive(
         .verifier
         .verify(&headers, &body, now_ms.div_euclid(1000))
     {
-        app.metrics
-            .signature_failures
-            .with_label_values(&[&name])
-            .inc();
+        app.metrics.signature_failed(&name);
         tracing::warn!(source = %name, reason = %err, "webhook signature refused");
         return Err(ApiError::Unauthenticated(format!(
             "signature refused: {err}"
@@ -103,6 +102,7 @@ pub(crate) async fn receive(
             format!("the event id is unusable as a key: {e}"),
         )
     })?;
+    record_run(&name, key.as_str(), None);
     let event_type = source
         .event_type
         .as_ref()
@@ -142,27 +142,21 @@ pub(crate) async fn receive(
         lease_ms: app.config.ledger.default_lease_ms,
         metadata: RunMetadata {
             operation: Some(FORWARD_OPERATION.into()),
+            // The delivery's log lines and its forward's share one id.
+            correlation_id: correlation.map(|axum::Extension(c)| c.0),
             ..RunMetadata::default()
         },
         claimed_by: format!("ingress:{name}"),
     };
     let forward = forward_effect(source, &event, content_type);
     let outcome = app.store.accept_event(&claim, &event, &forward).await?;
-    if matches!(outcome, ClaimOutcome::Claimed { .. }) {
+    if let ClaimOutcome::Claimed { run, .. } = &outcome {
+        tracing::Span::current().record("version", run.version.get());
         app.wake.notify_one();
     }
+    app.metrics.claim_answered(&name, &outcome);
     app.metrics
-        .claims
-        .with_label_values(&[&name, outcome.label()])
-        .inc();
-    app.metrics
-        .ingress_events
-        .with_label_values(&[
-            &name,
-            metric_event_type(event_type.as_deref()),
-            outcome.label(),
-        ])
-        .inc();
+        .ingress_event(&name, event_type.as_deref(), &outcome);
     answer(&app, source, outcome, event).await
 }
 
@@ -201,10 +195,7 @@ async fn answer(
             }
         },
         ClaimOutcome::Conflict(run) => {
-            app.metrics
-                .payload_conflicts
-                .with_label_values(&[&source.config.name])
-                .inc();
+            app.metrics.payload_conflict(&source.config.name);
             tracing::warn!(source = %source.config.name, "same event id, different body");
             match source.config.on_conflict {
                 ConflictPolicy::Reject => {
@@ -276,15 +267,6 @@ fn locate(locator: &Locator, headers: &HeaderMap, json: Option<&Value>) -> Optio
         },
     }
     .filter(|v| !v.is_empty())
-}
-
-/// The event type as a metric label: verified provider text, bounded in length.
-fn metric_event_type(kind: Option<&str>) -> &str {
-    match kind {
-        Some(kind) if kind.len() <= 64 => kind,
-        Some(_) => "too_long",
-        None => "none",
-    }
 }
 
 fn kept_headers(headers: &HeaderMap) -> BTreeMap<String, String> {

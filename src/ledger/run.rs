@@ -44,6 +44,8 @@ pub struct Run {
     /// When the current lease ends.
     pub lease_expires_at: Option<Millis>,
     /// When the current owner first took the lease (bounds its total life).
+    /// Kept after the run leaves `processing`, so the time it spent there
+    /// is known; the next claim sets it afresh.
     pub lease_started_at: Option<Millis>,
     /// The fencing token.
     pub version: FencingVersion,

@@ -1,106 +1,317 @@
-//! Prometheus metrics, all named `oncegate_*`.
+//! Prometheus metrics, all named `oncegate_*` (docs/metrics.md lists each).
 //!
 //! Each app owns its own [`prometheus::Registry`] (no global recorder), so
-//! tests running several apps in one process count separately. Labels hold
-//! namespaces and outcome names only, never a key, token or payload value.
+//! tests running several apps in one process count separately. Counters and
+//! histograms are recorded through the typed calls in [`super::record`];
+//! the gauges that describe the database (backlog, stale leases, dead
+//! letters, kill switch) are read at scrape time by [`super::scrape`].
+//!
+//! Labels hold namespaces, configured names, outcome classes, provider
+//! event types and route templates only: never a key, token or payload
+//! value. Every label a caller can influence passes a [`LabelBound`].
 
-use prometheus::{Encoder, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::core::Collector;
+use prometheus::{
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+use serde::{Deserialize, Serialize};
+
+use super::labels::LabelBound;
+use crate::config::Config;
+use crate::ledger::Namespace;
+
+/// `[metrics]`: how many label values a caller may create.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Distinct values each label family (namespace, event type, operation,
+    /// target) learns beyond the configured ones; later values are counted
+    /// under `other`.
+    pub max_label_values: usize,
+    /// Namespaces that always get their own series, however many others
+    /// come first (source names always do).
+    pub namespaces: Vec<String>,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            max_label_values: 100,
+            namespaces: Vec::new(),
+        }
+    }
+}
+
+impl MetricsConfig {
+    /// Checks the section.
+    ///
+    /// # Errors
+    /// `(field, message)` for the first bad field.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        if self.max_label_values > 10_000 {
+            return Err((
+                "metrics.max_label_values".into(),
+                "must be at most 10000 (each value is a time series per metric)".into(),
+            ));
+        }
+        for (i, ns) in self.namespaces.iter().enumerate() {
+            Namespace::parse(ns.clone())
+                .map_err(|e| (format!("metrics.namespaces[{i}]"), e.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Buckets of the run latencies, in seconds: a workflow step takes from a
+/// few milliseconds to an hour (the longest lease life).
+const RUN_BUCKETS: &[f64] = &[
+    0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0,
+    86400.0,
+];
+
+/// Buckets of a human's decision time, in seconds: a minute to three days.
+const GATE_BUCKETS: &[f64] = &[
+    5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0,
+    259200.0,
+];
+
+/// Buckets of HTTP request duration, in seconds.
+const HTTP_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// The label families a caller can influence, each bounded.
+#[derive(Debug)]
+pub(super) struct Bounds {
+    pub(super) namespaces: LabelBound,
+    pub(super) event_types: LabelBound,
+    pub(super) operations: LabelBound,
+    pub(super) targets: LabelBound,
+}
 
 /// The service's metrics.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
-    /// Claims by namespace and outcome (`claimed`, `duplicate`, `in_flight`,
-    /// `finished`, `duplicate_of`, `conflict`).
-    pub claims: IntCounterVec,
-    /// Claims that took over a run whose lease had expired.
-    pub lease_steals: IntCounterVec,
-    /// Claims refused because the payload hash differed.
-    pub payload_conflicts: IntCounterVec,
-    /// Webhook deliveries whose signature was refused, by source.
-    pub signature_failures: IntCounterVec,
-    /// Webhook deliveries by source, event type and claim outcome.
-    pub ingress_events: IntCounterVec,
-    /// Effect attempts by target and outcome class.
-    pub effect_outcomes: IntCounterVec,
-    /// Effects whose retry budget ran out, by target.
-    pub retry_exhaustions: IntCounterVec,
-    /// Effects whose outcome became unknown, by target.
-    pub unknown_outcomes: IntCounterVec,
-    /// Outstanding effects by target and state, read at scrape time.
-    pub effects_outstanding: IntGaugeVec,
-    /// Pending effects whose target the kill switch holds, read at scrape time.
-    pub effects_held: IntGaugeVec,
+    names: Vec<&'static str>,
+    pub(super) bounds: Bounds,
+    pub(super) claims: IntCounterVec,
+    pub(super) lease_steals: IntCounterVec,
+    pub(super) payload_conflicts: IntCounterVec,
+    pub(super) signature_failures: IntCounterVec,
+    pub(super) ingress_events: IntCounterVec,
+    pub(super) effect_attempts: IntCounterVec,
+    pub(super) retry_exhaustions: IntCounterVec,
+    pub(super) retries_near_budget: IntCounterVec,
+    pub(super) unknown_outcomes: IntCounterVec,
+    pub(super) gate_decisions: IntCounterVec,
+    pub(super) gate_wait: HistogramVec,
+    pub(super) validation_failures: IntCounterVec,
+    pub(super) processing_seconds: HistogramVec,
+    pub(super) completion_seconds: HistogramVec,
+    pub(super) http_duration: HistogramVec,
+    pub(super) effects_outstanding: IntGaugeVec,
+    pub(super) effects_held: IntGaugeVec,
+    pub(super) stale_processing: IntGaugeVec,
+    pub(super) dead_letters_open: IntGaugeVec,
+    pub(super) dead_letter_age: GaugeVec,
+    pub(super) actions_enabled: IntGaugeVec,
+    /// Scrapes reset and refill the gauges; one at a time.
+    pub(super) scrape: tokio::sync::Mutex<()>,
+}
+
+/// Registers metrics and remembers their names.
+struct Builder {
+    registry: Registry,
+    names: Vec<&'static str>,
+}
+
+impl Builder {
+    fn register<C: Collector + Clone + 'static>(&mut self, name: &'static str, c: C) -> C {
+        self.registry
+            .register(Box::new(c.clone()))
+            .expect("each metric is registered once");
+        self.names.push(name);
+        c
+    }
+
+    fn counter(&mut self, name: &'static str, help: &str, labels: &[&str]) -> IntCounterVec {
+        let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+        self.register(name, c)
+    }
+
+    fn gauge(&mut self, name: &'static str, help: &str, labels: &[&str]) -> IntGaugeVec {
+        let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+        self.register(name, g)
+    }
+
+    fn histogram(
+        &mut self,
+        name: &'static str,
+        help: &str,
+        labels: &[&str],
+        buckets: &[f64],
+    ) -> HistogramVec {
+        let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+        let h = HistogramVec::new(opts, labels).expect("valid metric");
+        self.register(name, h)
+    }
 }
 
 impl Metrics {
-    /// Creates and registers every metric.
+    /// Metrics with the default bounds and no configured names.
+    pub fn new() -> Self {
+        Self::from_config(&Config::default())
+    }
+
+    /// Metrics whose label bounds admit the configured namespaces (sources
+    /// and `metrics.namespaces`), targets and operations.
     ///
     /// # Panics
     /// Never in practice: the names below are valid and registered once.
-    pub fn new() -> Self {
-        let registry = Registry::new();
-        let counter = |name: &str, help: &str, labels: &[&str]| {
-            let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
-            registry
-                .register(Box::new(c.clone()))
-                .expect("registered once");
-            c
+    pub fn from_config(config: &Config) -> Self {
+        let max = config.metrics.max_label_values;
+        let namespaces = config
+            .sources
+            .iter()
+            .map(|s| s.name.clone())
+            .chain(config.metrics.namespaces.iter().cloned())
+            .chain(["oncegate".to_owned()]);
+        let targets = config
+            .targets
+            .iter()
+            .map(|t| t.name.clone())
+            .chain(["*".to_owned()]);
+        let operations = config
+            .operations
+            .iter()
+            .map(|o| o.name.clone())
+            .chain([crate::ingress::FORWARD_OPERATION.to_owned()]);
+        let bounds = Bounds {
+            namespaces: LabelBound::new(namespaces, max),
+            event_types: LabelBound::new([], max),
+            operations: LabelBound::new(operations, max),
+            targets: LabelBound::new(targets, max),
+        };
+        let mut b = Builder {
+            registry: Registry::new(),
+            names: Vec::new(),
         };
         Self {
-            claims: counter(
+            claims: b.counter(
                 "oncegate_claims_total",
-                "Claims by namespace and outcome.",
+                "Claims by namespace and outcome (claimed, duplicate, in_flight, finished, duplicate_of, conflict).",
                 &["namespace", "outcome"],
             ),
-            lease_steals: counter(
+            lease_steals: b.counter(
                 "oncegate_lease_steals_total",
                 "Claims that took over a run whose owner's lease had expired.",
                 &["namespace"],
             ),
-            payload_conflicts: counter(
+            payload_conflicts: b.counter(
                 "oncegate_payload_conflicts_total",
                 "Claims refused because the same key came with a different payload.",
                 &["namespace"],
             ),
-            signature_failures: counter(
+            signature_failures: b.counter(
                 "oncegate_signature_failures_total",
                 "Webhook deliveries refused for their signature, by source.",
                 &["source"],
             ),
-            ingress_events: counter(
+            ingress_events: b.counter(
                 "oncegate_ingress_events_total",
                 "Verified webhook deliveries by source, event type and claim outcome.",
                 &["source", "event_type", "outcome"],
             ),
-            effect_outcomes: counter(
+            effect_attempts: b.counter(
                 "oncegate_effect_attempts_total",
                 "Effect attempts by target and outcome class.",
                 &["target", "class"],
             ),
-            retry_exhaustions: counter(
+            retry_exhaustions: b.counter(
                 "oncegate_retry_exhaustions_total",
-                "Effects whose retry budget ran out, by target.",
+                "Effects whose retry budget ran out (dead-lettered), by target.",
                 &["target"],
             ),
-            unknown_outcomes: counter(
+            retries_near_budget: b.counter(
+                "oncegate_retries_near_budget_total",
+                "Retries scheduled with one attempt or under a fifth of the time budget left, by target.",
+                &["target"],
+            ),
+            unknown_outcomes: b.counter(
                 "oncegate_unknown_outcomes_total",
                 "Effect attempts whose outcome is unknown (sent, answer lost), by target.",
                 &["target"],
             ),
-            effects_outstanding: gauge(
-                &registry,
+            gate_decisions: b.counter(
+                "oncegate_gate_decisions_total",
+                "Gated runs by operation and how they were cleared (auto_acted, approved, rejected, expired).",
+                &["operation", "decision"],
+            ),
+            gate_wait: b.histogram(
+                "oncegate_gate_wait_seconds",
+                "Time from an approval challenge to a person's decision (or its expiry), by operation and decision.",
+                &["operation", "decision"],
+                GATE_BUCKETS,
+            ),
+            validation_failures: b.counter(
+                "oncegate_validation_failures_total",
+                "Model outputs that failed their schema, by operation and outcome (invalid, repairs_exhausted).",
+                &["operation", "outcome"],
+            ),
+            processing_seconds: b.histogram(
+                "oncegate_run_processing_seconds",
+                "Time a run spent in processing under its owner's lease, observed when it moves out, by namespace and the state it moved to.",
+                &["namespace", "to"],
+                RUN_BUCKETS,
+            ),
+            completion_seconds: b.histogram(
+                "oncegate_run_completion_seconds",
+                "Time from a run's first claim to its final state (completed, failed_terminal, dead_lettered), by namespace and that state.",
+                &["namespace", "state"],
+                RUN_BUCKETS,
+            ),
+            http_duration: b.histogram(
+                "oncegate_http_request_duration_seconds",
+                "HTTP request duration by route template, method and status class.",
+                &["route", "method", "status"],
+                HTTP_BUCKETS,
+            ),
+            effects_outstanding: b.gauge(
                 "oncegate_effects_outstanding",
                 "Effects not yet finished, by target and state (pending, sending, unknown).",
                 &["target", "state"],
             ),
-            effects_held: gauge(
-                &registry,
+            effects_held: b.gauge(
                 "oncegate_effects_held",
                 "Pending effects held by the kill switch, by target.",
                 &["target"],
             ),
-            registry,
+            stale_processing: b.gauge(
+                "oncegate_stale_processing_runs",
+                "Runs in processing whose lease expired and that nobody reclaimed yet, by namespace.",
+                &["namespace"],
+            ),
+            dead_letters_open: b.gauge(
+                "oncegate_dead_letters_open",
+                "Unresolved dead letters, by namespace.",
+                &["namespace"],
+            ),
+            dead_letter_age: {
+                let name = "oncegate_dead_letter_oldest_age_seconds";
+                let opts = Opts::new(name, "Age of the oldest unresolved dead letter, by namespace.");
+                b.register(name, GaugeVec::new(opts, &["namespace"]).expect("valid metric"))
+            },
+            actions_enabled: b.gauge(
+                "oncegate_actions_enabled",
+                "1 while actions are enabled for the scope (* or a target), 0 while the kill switch holds it.",
+                &["scope"],
+            ),
+            scrape: tokio::sync::Mutex::new(()),
+            bounds,
+            registry: b.registry,
+            names: b.names,
         }
     }
 
@@ -109,21 +320,20 @@ impl Metrics {
         &self.registry
     }
 
-    /// Renders every metric in the Prometheus text format.
+    /// The name of every metric registered here (without the `_bucket`,
+    /// `_sum` and `_count` series a histogram adds).
+    pub fn names(&self) -> &[&'static str] {
+        &self.names
+    }
+
+    /// Renders every metric in the Prometheus text format (without
+    /// refreshing the scrape-time gauges: see [`Metrics::scrape`]).
     pub fn render(&self) -> String {
         let mut buf = Vec::new();
         // Encoding gathered families into a Vec cannot fail.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         String::from_utf8(buf).unwrap_or_default()
     }
-}
-
-fn gauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
-    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
-    registry
-        .register(Box::new(g.clone()))
-        .expect("registered once");
-    g
 }
 
 impl Default for Metrics {
@@ -137,16 +347,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn renders_counted_claims() {
+    fn every_metric_is_named_oncegate() {
         let metrics = Metrics::new();
-        metrics
-            .claims
-            .with_label_values(&["stripe", "claimed"])
-            .inc();
-        let text = metrics.render();
-        assert!(
-            text.contains("oncegate_claims_total{namespace=\"stripe\",outcome=\"claimed\"} 1"),
-            "{text}"
-        );
+        assert!(metrics.names().len() >= 20);
+        for name in metrics.names() {
+            assert!(name.starts_with("oncegate_"), "{name}");
+        }
+    }
+
+    #[test]
+    fn config_rejects_bad_namespaces_and_huge_bounds() {
+        let mut config = MetricsConfig::default();
+        assert!(config.validate().is_ok());
+        config.namespaces = vec!["bad key".into()];
+        let (field, _) = config.validate().unwrap_err();
+        assert_eq!(field, "metrics.namespaces[0]");
+        config.namespaces.clear();
+        config.max_label_values = 1_000_000;
+        assert!(config.validate().is_err());
     }
 }

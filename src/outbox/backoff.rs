@@ -37,6 +37,15 @@ pub fn next_attempt_at(
     (at - first_sent_at <= budget.max_elapsed_ms as i64).then_some(at)
 }
 
+/// Whether a retry at `at` leaves little of the budget: it is the last
+/// attempt allowed, or it starts after four fifths of `max_elapsed`.
+/// Counted so an alert can fire before effects start dead-lettering.
+pub fn near_budget(budget: &RetryBudget, attempts: u32, first_sent_at: Millis, at: Millis) -> bool {
+    let last = attempts.saturating_add(1) >= budget.max_attempts;
+    let late = (at - first_sent_at) as f64 >= budget.max_elapsed_ms as f64 * 0.8;
+    last || late
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,6 +85,15 @@ mod tests {
             None
         );
         assert!(next_attempt_at(&budget(), 2, 0, 5_000, None, &mut rng).is_some());
+    }
+
+    #[test]
+    fn near_budget_means_last_attempt_or_late() {
+        let b = budget();
+        assert!(!near_budget(&b, 1, 0, 1_000));
+        assert!(near_budget(&b, 4, 0, 1_000), "the 5th attempt is the last");
+        assert!(near_budget(&b, 1, 0, 8_000), "4/5 of max_elapsed");
+        assert!(!near_budget(&b, 3, 0, 7_999));
     }
 
     #[test]

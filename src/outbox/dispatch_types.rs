@@ -113,6 +113,19 @@ pub struct Decision {
     pub attempt: Option<AttemptRecord>,
 }
 
+/// What recording one [`Decision`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Recorded {
+    /// The lease was lost before recording: nothing was written.
+    Lost,
+    /// Written. `ended` is the run as it reached a final state
+    /// (`completed`, `failed_terminal`, `dead_lettered`) by this decision.
+    Written {
+        /// The run after its final move, if this decision ended it.
+        ended: Option<Box<crate::ledger::Run>>,
+    },
+}
+
 /// One attempt's evidence, kept for operators and dead letters.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttemptRecord {

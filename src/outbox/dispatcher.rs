@@ -16,12 +16,13 @@ use rand::SeedableRng;
 use serde::Deserialize;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
-use super::backoff::next_attempt_at;
+use super::backoff::{near_budget, next_attempt_at};
 use super::classify::{classify, Attempted, Outcome};
 use super::killswitch::KillSwitch;
 use super::sender::{evidence, TargetRuntime};
-use super::{AttemptRecord, Decision, FailClass, Leased, TargetConfig, Verdict};
+use super::{AttemptRecord, Decision, FailClass, Leased, Recorded, TargetConfig, Verdict};
 use crate::clock::SharedClock;
 use crate::ops::Metrics;
 use crate::store::{SharedStore, StoreError};
@@ -192,14 +193,24 @@ impl Dispatcher {
         if leased.is_empty() {
             return Ok(report);
         }
-        let decisions = join_all(leased.into_iter().map(|l| self.decide(l, leased_at))).await;
+        let decisions = join_all(leased.into_iter().map(|l| {
+            let span = dispatch_span(&l);
+            self.decide(l, leased_at).instrument(span)
+        }))
+        .await;
         report.sent = decisions.iter().filter(|d| d.attempt.is_some()).count();
         report.held = decisions
             .iter()
             .filter(|d| d.verdict == Verdict::Release)
             .count();
         let recorded = self.store.record_decisions(&decisions).await?;
-        report.lost = recorded.iter().filter(|r| !**r).count();
+        for outcome in &recorded {
+            match outcome {
+                Recorded::Lost => report.lost += 1,
+                Recorded::Written { ended: Some(run) } => self.metrics.run_moved(run),
+                Recorded::Written { ended: None } => {}
+            }
+        }
         if report.lost > 0 {
             tracing::warn!(
                 count = report.lost,
@@ -306,7 +317,12 @@ impl Dispatcher {
         let retry = |retry_after| {
             let mut rng = rand::rngs::StdRng::from_entropy();
             match next_attempt_at(&target.retry, attempts, first, now, retry_after, &mut rng) {
-                Some(at) => Verdict::Retry { at },
+                Some(at) => {
+                    if near_budget(&target.retry, attempts, first, at) {
+                        self.metrics.retry_near_budget(&target.name);
+                    }
+                    Verdict::Retry { at }
+                }
                 None => Verdict::Failed {
                     class: FailClass::RetryExhausted,
                     reason: format!("retry budget spent after {attempts} attempts"),
@@ -376,34 +392,53 @@ impl Dispatcher {
         }
     }
 
+    /// Counts the attempt and logs its verdict (inside the dispatch span).
     fn count(&self, target: &str, class: &str, verdict: &Verdict) {
-        self.metrics
-            .effect_outcomes
-            .with_label_values(&[target, class])
-            .inc();
+        self.metrics.effect_attempted(target, class);
+        let state = verdict.state();
         match verdict {
+            Verdict::Completed { .. } => tracing::info!(class, state, "effect attempt recorded"),
+            Verdict::Retry { .. } => {
+                tracing::info!(class, state, "effect attempt failed; will retry")
+            }
+            Verdict::Release => {}
             Verdict::Failed {
                 class: FailClass::RetryExhausted,
                 ..
             } => {
-                self.metrics
-                    .retry_exhaustions
-                    .with_label_values(&[target])
-                    .inc();
+                self.metrics.retry_exhausted(target);
+                tracing::warn!(class, state, "retry budget spent; dead-lettering");
             }
             Verdict::Unknown { .. }
             | Verdict::Failed {
                 class: FailClass::UnknownOutcome,
                 ..
             } => {
-                self.metrics
-                    .unknown_outcomes
-                    .with_label_values(&[target])
-                    .inc();
+                self.metrics.outcome_unknown(target);
+                tracing::warn!(
+                    class,
+                    state,
+                    "effect outcome unknown; not resending blindly"
+                );
             }
-            _ => {}
+            Verdict::Failed { .. } => tracing::warn!(class, state, "effect failed for good"),
         }
     }
+}
+
+/// The span every log line of one effect's dispatch carries: the effect,
+/// its run (namespace, key, fencing version), correlation id and target.
+fn dispatch_span(leased: &Leased) -> tracing::Span {
+    let effect = &leased.effect;
+    tracing::info_span!(
+        "dispatch",
+        effect_id = %effect.id,
+        namespace = %effect.namespace,
+        key = %effect.key,
+        version = leased.run_version,
+        correlation_id = %leased.correlation_id,
+        target = %effect.new.target,
+    )
 }
 
 fn undecidable(reason: &str) -> Verdict {

@@ -26,7 +26,7 @@ pub mod sender;
 pub mod target;
 
 pub use dispatch_types::{
-    ActionSwitch, AttemptRecord, AttemptView, Decision, FailClass, Leased, Verdict,
+    ActionSwitch, AttemptRecord, AttemptView, Decision, FailClass, Leased, Recorded, Verdict,
 };
 pub use dispatcher::{Dispatcher, DispatcherConfig, StepReport};
 pub use killswitch::KillSwitch;

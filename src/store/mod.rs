@@ -23,9 +23,12 @@ use crate::ingress::RawEvent;
 use crate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Moved, Namespace, OwnerCall, OwnerMove, Run,
 };
-use crate::outbox::{ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffect};
+use crate::outbox::{ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffect, Recorded};
 use serde_json::Value;
 
+pub use ops_sql::OpenDeadLetters;
+
+pub mod ops_sql;
 mod outbox_ops;
 pub mod outbox_sql;
 pub mod postgres;
@@ -157,12 +160,13 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Records decisions in one transaction (one durable commit for a
     /// batch): each effect's verdict by compare-and-set on its lease, its
-    /// attempt evidence and its run's resulting move. `false` marks a
-    /// decision whose lease was lost (nothing written for it).
+    /// attempt evidence and its run's resulting move. One [`Recorded`] per
+    /// decision, in order: [`Recorded::Lost`] when its lease was lost
+    /// (nothing written for it), else whether its run reached a final state.
     ///
     /// # Errors
     /// [`StoreError::Database`] on database failure; nothing is written.
-    async fn record_decisions(&self, decisions: &[Decision]) -> Result<Vec<bool>>;
+    async fn record_decisions(&self, decisions: &[Decision]) -> Result<Vec<Recorded>>;
 
     /// Marks `sending` effects whose lease expired as `unknown` (never back
     /// to `pending`: the dead dispatcher may have sent them).
@@ -240,6 +244,22 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// # Errors
     /// [`StoreError::Database`] on database failure.
     async fn insert_token(&self, token: &StoredToken) -> Result<()>;
+
+    // --- ops (metrics): the scrape-time gauges ---
+
+    /// Runs still in `processing` whose lease expired and that nobody
+    /// reclaimed, counted per namespace. "Expired" uses the same clock as
+    /// the claim's reclaim check (the database's on PostgreSQL).
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure.
+    async fn stale_processing(&self) -> Result<Vec<(String, i64)>>;
+
+    /// Unresolved dead letters per namespace, with the oldest one's age.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure.
+    async fn open_dead_letters(&self) -> Result<Vec<OpenDeadLetters>>;
 
     /// Closes the pools, waiting for checked-out connections.
     async fn close(&self);

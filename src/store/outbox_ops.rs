@@ -14,7 +14,7 @@ macro_rules! outbox_ops {
             use super::{owner_move, record, Cx, MoveFields};
             use $crate::ledger::{Move, Moved, OwnerCall, Run};
             use $crate::outbox::{
-                ActionSwitch, AttemptView, Decision, Effect, FailClass, Leased, NewEffect, Verdict,
+                ActionSwitch, AttemptView, Decision, Effect, FailClass, Leased, NewEffect, Recorded, Verdict,
             };
             use $crate::store::row::{AttemptRow, EffectRow, RunRow, SwitchRow};
             use $crate::store::sql::Statements;
@@ -81,9 +81,8 @@ macro_rules! outbox_ops {
 
             /// Records a batch of decisions in one transaction: each by
             /// compare-and-set on its lease, with its attempt evidence and
-            /// its run's move. `false` marks a decision whose lease was lost
-            /// (nothing written for it).
-            pub(crate) async fn record_decisions(cx: &Cx<'_>, decisions: &[Decision]) -> Result<Vec<bool>> {
+            /// its run's move (see [`Recorded`]).
+            pub(crate) async fn record_decisions(cx: &Cx<'_>, decisions: &[Decision]) -> Result<Vec<Recorded>> {
                 let mut tx = cx.write.begin().await?;
                 let mut recorded = Vec::with_capacity(decisions.len());
                 for decision in decisions {
@@ -93,7 +92,7 @@ macro_rules! outbox_ops {
                 Ok(recorded)
             }
 
-            async fn record_one(tx: &mut Transaction<'static, $db>, cx: &Cx<'_>, decision: &Decision) -> Result<bool> {
+            async fn record_one(tx: &mut Transaction<'static, $db>, cx: &Cx<'_>, decision: &Decision) -> Result<Recorded> {
                 let Decision { leased, verdict, attempt } = decision;
                 let attempt = attempt.as_ref();
                 let (next_at, error) = match verdict {
@@ -121,7 +120,7 @@ macro_rules! outbox_ops {
                     .bind(attempt.map(|a| a.started_at))
                     .fetch_optional(&mut **tx)
                     .await?;
-                let Some(row) = updated else { return Ok(false) };
+                let Some(row) = updated else { return Ok(Recorded::Lost) };
                 let effect = row.into_effect()?;
                 if let Some(attempt) = attempt {
                     sqlx::query(&cx.st.outbox.insert_attempt)
@@ -136,25 +135,26 @@ macro_rules! outbox_ops {
                         .execute(&mut **tx)
                         .await?;
                 }
-                settle_run(tx, cx, &effect, verdict, &leased.owner).await?;
-                Ok(true)
+                let ended = settle_run(tx, cx, &effect, verdict, &leased.owner).await?;
+                Ok(Recorded::Written { ended: ended.map(Box::new) })
             }
 
-            /// Moves the effect's run when the verdict decides it.
+            /// Moves the effect's run when the verdict decides it; returns
+            /// the run when it reached a final state.
             async fn settle_run(
                 tx: &mut Transaction<'static, $db>,
                 cx: &Cx<'_>,
                 effect: &Effect,
                 verdict: &Verdict,
                 actor: &str,
-            ) -> Result<()> {
+            ) -> Result<Option<Run>> {
                 let (to, reason, kind) = match verdict {
                     Verdict::Completed { .. } => return complete_run_if_done(tx, cx, effect, actor).await,
                     Verdict::Failed { class: FailClass::Rejected, reason } => {
                         ("failed_terminal", reason, Move::EffectRejected)
                     }
                     Verdict::Failed { reason, .. } => ("dead_lettered", reason, Move::EffectsFailed),
-                    _ => return Ok(()),
+                    _ => return Ok(None),
                 };
                 let row = sqlx::query_as::<_, RunRow>(&cx.st.outbox.fail_run)
                     .bind(cx.now)
@@ -164,7 +164,7 @@ macro_rules! outbox_ops {
                     .bind(reason)
                     .fetch_optional(&mut **tx)
                     .await?;
-                let Some(row) = row else { return Ok(()) };
+                let Some(row) = row else { return Ok(None) };
                 let run = row.to_run()?;
                 let detail = json!({ "effect_id": effect.id, "effect_type": effect.new.effect_type, "reason": reason });
                 record(tx, cx.st, &row, &run, kind, actor, detail.clone()).await?;
@@ -173,7 +173,7 @@ macro_rules! outbox_ops {
                         dead_letter(tx, cx.st, &run, class.as_str(), detail).await?;
                     }
                 }
-                Ok(())
+                Ok(Some(run))
             }
 
             async fn complete_run_if_done(
@@ -181,19 +181,18 @@ macro_rules! outbox_ops {
                 cx: &Cx<'_>,
                 effect: &Effect,
                 actor: &str,
-            ) -> Result<()> {
+            ) -> Result<Option<Run>> {
                 let row = sqlx::query_as::<_, RunRow>(&cx.st.outbox.complete_run)
                     .bind(cx.now)
                     .bind(&effect.namespace)
                     .bind(&effect.key)
                     .fetch_optional(&mut **tx)
                     .await?;
-                if let Some(row) = row {
-                    let run = row.to_run()?;
-                    let detail = json!({ "last_effect_id": effect.id, "external_ref": effect.external_ref });
-                    record(tx, cx.st, &row, &run, Move::EffectsCompleted, actor, detail).await?;
-                }
-                Ok(())
+                let Some(row) = row else { return Ok(None) };
+                let run = row.to_run()?;
+                let detail = json!({ "last_effect_id": effect.id, "external_ref": effect.external_ref });
+                record(tx, cx.st, &row, &run, Move::EffectsCompleted, actor, detail).await?;
+                Ok(Some(run))
             }
 
             async fn dead_letter(

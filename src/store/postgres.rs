@@ -13,19 +13,20 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 
 use super::sql::{Dialect, Statements};
-use super::{Result, Store, StoreOptions, StoredToken};
+use super::{OpenDeadLetters, Result, Store, StoreOptions, StoredToken};
 use crate::audit::AuditRecord;
 use crate::clock::SharedClock;
 use crate::ingress::RawEvent;
 use crate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Moved, Namespace, OwnerCall, OwnerMove, Run,
 };
-use crate::outbox::{ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffect};
+use crate::outbox::{ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffect, Recorded};
 use serde_json::Value;
 
 mod ops {
     crate::ledger_ops!(sqlx::Postgres);
     crate::outbox_ops!(sqlx::Postgres);
+    crate::gauge_ops!(sqlx::Postgres);
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
@@ -154,7 +155,7 @@ impl Store for PgStore {
         ops::outbox::lease(&self.cx(), owner, lease_ms, limit).await
     }
 
-    async fn record_decisions(&self, decisions: &[Decision]) -> Result<Vec<bool>> {
+    async fn record_decisions(&self, decisions: &[Decision]) -> Result<Vec<Recorded>> {
         // Several transactions in parallel over the pool; every decision of
         // one run stays in one chunk, so no two chunks lock the same run row.
         let chunks = chunk_by_run(decisions, RECORD_CHUNKS);
@@ -165,14 +166,14 @@ impl Store for PgStore {
                 .map(|chunk| ops::outbox::record_decisions(&cx, chunk)),
         )
         .await;
-        let mut recorded = vec![false; decisions.len()];
+        let mut recorded = vec![Recorded::Lost; decisions.len()];
         for (chunk, result) in chunks.iter().zip(results) {
-            for (decision, ok) in chunk.iter().zip(result?) {
+            for (decision, outcome) in chunk.iter().zip(result?) {
                 if let Some(i) = decisions
                     .iter()
                     .position(|d| d.leased.effect.id == decision.leased.effect.id)
                 {
-                    recorded[i] = ok;
+                    recorded[i] = outcome;
                 }
             }
         }
@@ -225,6 +226,16 @@ impl Store for PgStore {
 
     async fn insert_token(&self, token: &StoredToken) -> Result<()> {
         ops::insert_token(&self.pool, &self.st, token, self.clock.now_ms()).await
+    }
+
+    // --- ops (metrics) ---
+
+    async fn stale_processing(&self) -> Result<Vec<(String, i64)>> {
+        ops::gauges::stale_processing(&self.cx()).await
+    }
+
+    async fn open_dead_letters(&self) -> Result<Vec<OpenDeadLetters>> {
+        ops::gauges::open_dead_letters(&self.cx()).await
     }
 
     async fn close(&self) {

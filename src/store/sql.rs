@@ -92,6 +92,8 @@ pub struct Statements {
     pub insert_token: String,
     /// The outbox's statements.
     pub outbox: super::outbox_sql::OutboxStatements,
+    /// The scrape-time gauges' statements (ops/metrics).
+    pub ops: super::ops_sql::OpsStatements,
 }
 
 impl Statements {
@@ -139,11 +141,14 @@ impl Statements {
             Move::FailTerminal,
         ]
         .into_iter()
+        // `lease_started_at` stays: with `updated_at` it tells how long the
+        // run spent in processing (a metric); no guard reads it outside
+        // `processing`, and the next claim sets it afresh.
         .map(|mv| {
             let sql = format!(
                 "UPDATE runs SET state = '{to}', prev_state = state, version = version + 1, \
                          result = $6, last_error = $7, reason = $8, lease_owner = NULL, \
-                         lease_expires_at = NULL, lease_started_at = NULL, \
+                         lease_expires_at = NULL, \
                          audit_seq = audit_seq + 1, updated_at = {now} \
                      WHERE {owner_guard} AND state IN {guard} \
                      RETURNING {RUN_COLUMNS}",
@@ -189,6 +194,7 @@ impl Statements {
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING"
                 .into(),
             outbox: super::outbox_sql::OutboxStatements::new(dialect),
+            ops: super::ops_sql::OpsStatements::new(dialect),
             insert_dead_letter: "INSERT INTO dead_letters (id, namespace, run_key, class, component, \
                  raw_event_id, detail, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
                 .into(),

@@ -14,19 +14,20 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::SqlitePool;
 
 use super::sql::{Dialect, Statements};
-use super::{Result, Store, StoreOptions, StoredToken};
+use super::{OpenDeadLetters, Result, Store, StoreOptions, StoredToken};
 use crate::audit::AuditRecord;
 use crate::clock::SharedClock;
 use crate::ingress::RawEvent;
 use crate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Moved, Namespace, OwnerCall, OwnerMove, Run,
 };
-use crate::outbox::{ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffect};
+use crate::outbox::{ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffect, Recorded};
 use serde_json::Value;
 
 mod ops {
     crate::ledger_ops!(sqlx::Sqlite);
     crate::outbox_ops!(sqlx::Sqlite);
+    crate::gauge_ops!(sqlx::Sqlite);
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
@@ -158,7 +159,7 @@ impl Store for SqliteStore {
         ops::outbox::lease(&self.cx(), owner, lease_ms, limit).await
     }
 
-    async fn record_decisions(&self, decisions: &[Decision]) -> Result<Vec<bool>> {
+    async fn record_decisions(&self, decisions: &[Decision]) -> Result<Vec<Recorded>> {
         ops::outbox::record_decisions(&self.cx(), decisions).await
     }
 
@@ -208,6 +209,16 @@ impl Store for SqliteStore {
 
     async fn insert_token(&self, token: &StoredToken) -> Result<()> {
         ops::insert_token(&self.write, &self.st, token, self.now()).await
+    }
+
+    // --- ops (metrics) ---
+
+    async fn stale_processing(&self) -> Result<Vec<(String, i64)>> {
+        ops::gauges::stale_processing(&self.cx()).await
+    }
+
+    async fn open_dead_letters(&self) -> Result<Vec<OpenDeadLetters>> {
+        ops::gauges::open_dead_letters(&self.cx()).await
     }
 
     async fn close(&self) {

@@ -11,3 +11,6 @@ mod harness;
 mod ingress;
 mod process;
 mod target;
+// ops: metrics and logs
+mod logs;
+mod metrics;
