@@ -21,6 +21,7 @@ use tracing::Instrument;
 use super::backoff::{near_budget, next_attempt_at};
 use super::classify::{classify, Attempted, Outcome};
 use super::killswitch::KillSwitch;
+use super::observe;
 use super::sender::{evidence, TargetRuntime};
 use super::{AttemptRecord, Decision, FailClass, Leased, Recorded, TargetConfig, Verdict};
 use crate::clock::SharedClock;
@@ -194,7 +195,7 @@ impl Dispatcher {
             return Ok(report);
         }
         let decisions = join_all(leased.into_iter().map(|l| {
-            let span = dispatch_span(&l);
+            let span = observe::dispatch_span(&l);
             self.decide(l, leased_at).instrument(span)
         }))
         .await;
@@ -280,7 +281,7 @@ impl Dispatcher {
                 class,
             )
         };
-        self.count(&target.config.name, &class, &verdict);
+        observe::count(&self.metrics, &target.config.name, &class, &verdict);
         let attempt = AttemptRecord {
             started_at: started,
             finished_at: finished,
@@ -391,54 +392,6 @@ impl Dispatcher {
             }
         }
     }
-
-    /// Counts the attempt and logs its verdict (inside the dispatch span).
-    fn count(&self, target: &str, class: &str, verdict: &Verdict) {
-        self.metrics.effect_attempted(target, class);
-        let state = verdict.state();
-        match verdict {
-            Verdict::Completed { .. } => tracing::info!(class, state, "effect attempt recorded"),
-            Verdict::Retry { .. } => {
-                tracing::info!(class, state, "effect attempt failed; will retry")
-            }
-            Verdict::Release => {}
-            Verdict::Failed {
-                class: FailClass::RetryExhausted,
-                ..
-            } => {
-                self.metrics.retry_exhausted(target);
-                tracing::warn!(class, state, "retry budget spent; dead-lettering");
-            }
-            Verdict::Unknown { .. }
-            | Verdict::Failed {
-                class: FailClass::UnknownOutcome,
-                ..
-            } => {
-                self.metrics.outcome_unknown(target);
-                tracing::warn!(
-                    class,
-                    state,
-                    "effect outcome unknown; not resending blindly"
-                );
-            }
-            Verdict::Failed { .. } => tracing::warn!(class, state, "effect failed for good"),
-        }
-    }
-}
-
-/// The span every log line of one effect's dispatch carries: the effect,
-/// its run (namespace, key, fencing version), correlation id and target.
-fn dispatch_span(leased: &Leased) -> tracing::Span {
-    let effect = &leased.effect;
-    tracing::info_span!(
-        "dispatch",
-        effect_id = %effect.id,
-        namespace = %effect.namespace,
-        key = %effect.key,
-        version = leased.run_version,
-        correlation_id = %leased.correlation_id,
-        target = %effect.new.target,
-    )
 }
 
 fn undecidable(reason: &str) -> Verdict {

@@ -21,6 +21,8 @@ pub mod classify;
 pub mod dispatch_types;
 pub mod dispatcher;
 pub mod killswitch;
+// ops (metrics and logs): the dispatch span and counts.
+mod observe;
 pub mod operation;
 pub mod sender;
 pub mod target;
