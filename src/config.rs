@@ -74,6 +74,8 @@ pub struct Config {
     pub operations: Vec<OperationConfig>,
     /// The dispatcher inside `serve`.
     pub dispatcher: DispatcherConfig,
+    /// Dead letters: owners, retention, the bulk replay runner (issue 6, branch dlq).
+    pub dead_letters: crate::deadletter::DeadLetterConfig,
 }
 
 /// `[server]`.
@@ -247,6 +249,11 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("ONCEGATE_MAX_LEASE_LIFE_MS", "ledger.max_lease_life_ms"),
     ("ONCEGATE_ACTIONS_ENABLED", "dispatcher.actions_enabled"),
     ("ONCEGATE_DISPATCHER_ENABLED", "dispatcher.enabled"),
+    // Dead letters (issue 6, branch dlq).
+    (
+        "ONCEGATE_REPLAY_RUNNER_ENABLED",
+        "dead_letters.runner_enabled",
+    ),
     ("ONCEGATE_LOG_FORMAT", "log.format"),
     ("ONCEGATE_LOG_LEVEL", "log.level"),
 ];
@@ -355,6 +362,9 @@ impl Config {
         self.validate_targets()?;
         self.validate_sources()?;
         self.validate_operations()?;
+        self.dead_letters
+            .validate()
+            .map_err(|(field, message)| ConfigError::field(field, message))?;
         let d = &self.dispatcher;
         if d.batch_size < 1 || d.batch_size > 10_000 {
             return Err(ConfigError::field(
