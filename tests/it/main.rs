@@ -5,6 +5,9 @@
 
 mod api;
 mod conformance;
+// Dead letters and replay (issue 6, branch dlq).
+mod deadletter_jobs;
+mod deadletters;
 mod dispatch;
 mod dispatch_process;
 mod harness;
