@@ -26,6 +26,7 @@ use tokio::sync::Notify;
 // Dead letters and replay (issue 6, branch dlq).
 mod dlq;
 mod dlq_jobs;
+mod dlq_show;
 pub use dlq::{DlqArgs, DlqCommand, JobsCommand};
 
 /// oncegate: makes side-effecting workflow automation safe to retry.

@@ -229,7 +229,7 @@ impl Client {
     }
 }
 
-fn filter_query(f: &FilterArgs) -> Vec<(&'static str, String)> {
+pub(super) fn filter_query(f: &FilterArgs) -> Vec<(&'static str, String)> {
     [
         ("class", &f.class),
         ("namespace", &f.namespace),
@@ -247,14 +247,6 @@ pub(super) fn text(v: &Value) -> String {
         Value::Null => "-".into(),
         Value::String(s) => s.clone(),
         other => other.to_string(),
-    }
-}
-
-fn short(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_owned()
-    } else {
-        format!("{}…", s.chars().take(n).collect::<String>())
     }
 }
 
@@ -281,7 +273,7 @@ pub async fn run(args: DlqArgs, config: &Config) -> Result<()> {
             }
             let page = client.get("/v1/dead-letters", &q).await?;
             if !json_out {
-                print_list(&page);
+                super::dlq_show::print_list(&page);
                 return Ok(());
             }
             page
@@ -289,7 +281,7 @@ pub async fn run(args: DlqArgs, config: &Config) -> Result<()> {
         DlqCommand::Show { id } => {
             let detail = client.get(&format!("/v1/dead-letters/{id}"), &[]).await?;
             if !json_out {
-                print_show(&detail);
+                super::dlq_show::print_show(&detail);
                 return Ok(());
             }
             detail
@@ -309,7 +301,7 @@ pub async fn run(args: DlqArgs, config: &Config) -> Result<()> {
                     &json!({ "resolution": resolution, "note": note }),
                 )
                 .await?;
-            action_line(&done, json_out, "resolved")
+            super::dlq_show::action_line(&done, json_out, "resolved")
         }
         DlqCommand::Replay { id, reason } => {
             let done = client
@@ -318,7 +310,7 @@ pub async fn run(args: DlqArgs, config: &Config) -> Result<()> {
                     &json!({ "reason": reason }),
                 )
                 .await?;
-            action_line(&done, json_out, "replayed")
+            super::dlq_show::action_line(&done, json_out, "replayed")
         }
         DlqCommand::Replace { id, key, reason } => {
             let done = client
@@ -327,7 +319,7 @@ pub async fn run(args: DlqArgs, config: &Config) -> Result<()> {
                     &json!({ "key": key, "reason": reason }),
                 )
                 .await?;
-            action_line(&done, json_out, "replaced")
+            super::dlq_show::action_line(&done, json_out, "replaced")
         }
         DlqCommand::Bulk {
             ids,
@@ -337,9 +329,9 @@ pub async fn run(args: DlqArgs, config: &Config) -> Result<()> {
             rate,
             no_wait,
         } => {
-            return bulk(
+            return super::dlq_jobs::bulk(
                 &client,
-                BulkArgs {
+                super::dlq_jobs::BulkArgs {
                     ids,
                     filter,
                     reason,
@@ -357,179 +349,4 @@ pub async fn run(args: DlqArgs, config: &Config) -> Result<()> {
     };
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())
-}
-
-fn action_line(done: &Value, json_out: bool, verb: &str) -> Value {
-    if json_out {
-        return done.clone();
-    }
-    let dl = &done["dead_letter"];
-    let run = &done["run"];
-    println!(
-        "dead letter {} {verb} ({}); run {}/{} is now {}; effects: {}",
-        text(&dl["id"]),
-        text(&dl["resolution"]),
-        text(&run["namespace"]),
-        text(&run["key"]),
-        text(&run["state"]),
-        done["effects"]
-    );
-    Value::Null
-}
-
-fn print_list(page: &Value) {
-    let items = page["items"].as_array().cloned().unwrap_or_default();
-    println!(
-        "{:<36}  {:>8}  {:<17}  {:<16}  {:<14}  {}",
-        "ID", "AGE", "CLASS", "RUN", "STATE", "ERROR"
-    );
-    for d in &items {
-        let run = format!("{}/{}", text(&d["namespace"]), text(&d["key"]));
-        let age = d["age_seconds"].as_i64().unwrap_or(0);
-        println!(
-            "{:<36}  {:>7}s  {:<17}  {:<16}  {:<14}  {}",
-            text(&d["id"]),
-            age,
-            text(&d["class"]),
-            short(&run, 16),
-            text(&d["state"]),
-            short(&text(&d["error"]), 60)
-        );
-    }
-    println!("{} dead letter(s)", items.len());
-    if let Some(cursor) = page["next_cursor"].as_str() {
-        println!("more: --cursor {cursor}");
-    }
-}
-
-fn print_show(detail: &Value) {
-    let d = &detail["dead_letter"];
-    for field in [
-        "id",
-        "class",
-        "component",
-        "namespace",
-        "key",
-        "state",
-        "run_state_at_record",
-        "error",
-        "operation",
-        "correlation_id",
-        "workflow_version",
-        "payload_ref",
-        "payload_hash",
-        "owner",
-        "next_action",
-        "replay_count",
-        "created_at",
-        "resolution",
-        "resolved_by",
-        "resolution_note",
-        "retention_deadline",
-    ] {
-        println!("{field:<20} {}", text(&d[field]));
-    }
-    println!(
-        "\nlast evidence:\n{}",
-        serde_json::to_string_pretty(&d["last_evidence"]).unwrap_or_default()
-    );
-    println!("\neffects:");
-    for e in detail["effects"].as_array().into_iter().flatten() {
-        println!(
-            "  {} {} -> {} key {} state {} attempts {}",
-            text(&e["effect_type"]),
-            text(&e["method"]),
-            text(&e["target"]),
-            text(&e["idempotency_key"]),
-            text(&e["state"]),
-            e["attempts"]
-        );
-    }
-    println!("\ntimeline:");
-    for a in detail["timeline"].as_array().into_iter().flatten() {
-        println!(
-            "  #{} {} {} -> {} by {}",
-            a["seq"],
-            text(&a["kind"]),
-            text(&a["from_state"]),
-            text(&a["to_state"]),
-            text(&a["actor"])
-        );
-    }
-}
-
-struct BulkArgs {
-    ids: Vec<String>,
-    filter: FilterArgs,
-    reason: Option<String>,
-    execute: bool,
-    rate: Option<i64>,
-    no_wait: bool,
-    json: bool,
-}
-
-async fn bulk(client: &Client, b: BulkArgs) -> Result<()> {
-    let criteria = filter_query(&b.filter);
-    let selection = match (b.ids.is_empty(), criteria.is_empty()) {
-        (false, true) => json!({ "ids": b.ids }),
-        (true, false) => json!({ "filter": criteria.into_iter().map(|(k, v)| (k.to_owned(), Value::String(v))).collect::<serde_json::Map<_, _>>() }),
-        (true, true) => bail!("select what to replay: --id ID (repeatable) or a filter (--class, --namespace, --state, --older-than, --newer-than)"),
-        (false, false) => bail!("give --id or filters, not both"),
-    };
-    let dry = client
-        .post(
-            "/v1/replay-jobs/dry-run",
-            &json!({ "selection": selection }),
-        )
-        .await?;
-    if b.json && !b.execute {
-        println!("{}", serde_json::to_string_pretty(&dry)?);
-        return Ok(());
-    }
-    print_summary(&dry["summary"]);
-    if !b.execute {
-        println!(
-            "\ndry run: nothing was replayed. Add --execute --rate N --reason TEXT to start a job."
-        );
-        return Ok(());
-    }
-    let rate = b
-        .rate
-        .context("--execute needs --rate N (items per second)")?;
-    let reason = b.reason.context("--execute needs --reason TEXT")?;
-    // The job replays exactly the ids the dry run showed.
-    let body =
-        json!({ "selection": { "ids": dry["ids"] }, "reason": reason, "rate_per_sec": rate });
-    let job = client.post("/v1/replay-jobs", &body).await?;
-    let id = text(&job["id"]);
-    println!("\njob {id} started at {rate}/s; stop it with `oncegate dlq jobs stop {id}`");
-    if b.no_wait {
-        return Ok(());
-    }
-    super::dlq_jobs::watch(client, &id).await
-}
-
-fn print_summary(s: &Value) {
-    println!("selected:     {}", s["total"]);
-    println!(
-        "replayable:   {} ({} back to the workflow's re-run)",
-        s["replayable"], s["rerun"]
-    );
-    println!("targets:      {}", s["targets"]);
-    println!("classes:      {}", s["classes"]);
-    let gated = s["gated"].as_array().cloned().unwrap_or_default();
-    println!("gated:        {} (need a new approval)", gated.len());
-    for g in gated.iter().take(20) {
-        println!(
-            "  {} {} ({})",
-            text(&g["id"]),
-            text(&g["operation"]),
-            text(&g["gate"])
-        );
-    }
-    let refused = s["refused"].as_array().cloned().unwrap_or_default();
-    println!("refused:      {}", refused.len());
-    for r in refused.iter().take(20) {
-        println!("  {} {}", text(&r["id"]), text(&r["why"]));
-    }
 }

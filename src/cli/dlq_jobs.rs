@@ -1,12 +1,13 @@
-//! `oncegate dlq jobs …` and the progress bar of a running bulk replay job.
+//! `oncegate dlq bulk` (dry run, then a job) and `oncegate dlq jobs …`,
+//! with the progress bar of a running bulk replay job.
 
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
 
-use super::dlq::{text, Client, JobsCommand};
+use super::dlq::{filter_query, text, Client, FilterArgs, JobsCommand};
 
 /// Runs a `dlq jobs` command.
 ///
@@ -21,8 +22,8 @@ pub(super) async fn run(client: &Client, command: JobsCommand, json_out: bool) -
                 return Ok(());
             }
             println!(
-                "{:<36}  {:<9}  {:>5}  {:>24}  {}",
-                "ID", "STATE", "RATE", "REPLAYED/REFUSED/LEFT", "BY"
+                "{:<36}  {:<9}  {:>5}  {:>24}  BY",
+                "ID", "STATE", "RATE", "REPLAYED/REFUSED/LEFT"
             );
             for j in jobs.as_array().into_iter().flatten() {
                 let p = &j["progress"];
@@ -146,4 +147,80 @@ pub(super) async fn watch(client: &Client, id: &str) -> Result<()> {
     bar.finish();
     print_job(&job);
     Ok(())
+}
+
+pub(super) struct BulkArgs {
+    pub(super) ids: Vec<String>,
+    pub(super) filter: FilterArgs,
+    pub(super) reason: Option<String>,
+    pub(super) execute: bool,
+    pub(super) rate: Option<i64>,
+    pub(super) no_wait: bool,
+    pub(super) json: bool,
+}
+
+pub(super) async fn bulk(client: &Client, b: BulkArgs) -> Result<()> {
+    let criteria = filter_query(&b.filter);
+    let selection = match (b.ids.is_empty(), criteria.is_empty()) {
+        (false, true) => json!({ "ids": b.ids }),
+        (true, false) => json!({ "filter": criteria.into_iter().map(|(k, v)| (k.to_owned(), Value::String(v))).collect::<serde_json::Map<_, _>>() }),
+        (true, true) => bail!("select what to replay: --id ID (repeatable) or a filter (--class, --namespace, --state, --older-than, --newer-than)"),
+        (false, false) => bail!("give --id or filters, not both"),
+    };
+    let dry = client
+        .post(
+            "/v1/replay-jobs/dry-run",
+            &json!({ "selection": selection }),
+        )
+        .await?;
+    if b.json && !b.execute {
+        println!("{}", serde_json::to_string_pretty(&dry)?);
+        return Ok(());
+    }
+    print_summary(&dry["summary"]);
+    if !b.execute {
+        println!(
+            "\ndry run: nothing was replayed. Add --execute --rate N --reason TEXT to start a job."
+        );
+        return Ok(());
+    }
+    let rate = b
+        .rate
+        .context("--execute needs --rate N (items per second)")?;
+    let reason = b.reason.context("--execute needs --reason TEXT")?;
+    // The job replays exactly the ids the dry run showed.
+    let body =
+        json!({ "selection": { "ids": dry["ids"] }, "reason": reason, "rate_per_sec": rate });
+    let job = client.post("/v1/replay-jobs", &body).await?;
+    let id = text(&job["id"]);
+    println!("\njob {id} started at {rate}/s; stop it with `oncegate dlq jobs stop {id}`");
+    if b.no_wait {
+        return Ok(());
+    }
+    watch(client, &id).await
+}
+
+fn print_summary(s: &Value) {
+    println!("selected:     {}", s["total"]);
+    println!(
+        "replayable:   {} ({} back to the workflow's re-run)",
+        s["replayable"], s["rerun"]
+    );
+    println!("targets:      {}", s["targets"]);
+    println!("classes:      {}", s["classes"]);
+    let gated = s["gated"].as_array().cloned().unwrap_or_default();
+    println!("gated:        {} (need a new approval)", gated.len());
+    for g in gated.iter().take(20) {
+        println!(
+            "  {} {} ({})",
+            text(&g["id"]),
+            text(&g["operation"]),
+            text(&g["gate"])
+        );
+    }
+    let refused = s["refused"].as_array().cloned().unwrap_or_default();
+    println!("refused:      {}", refused.len());
+    for r in refused.iter().take(20) {
+        println!("  {} {}", text(&r["id"]), text(&r["why"]));
+    }
 }

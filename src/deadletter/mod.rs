@@ -18,7 +18,7 @@
 //! - [`replay`]: the replay and replacement logic shared by the API and
 //!   the job runner (gate checks, effect re-keying).
 //! - [`runner`]: the background job runner inside `oncegate serve`.
-//! - [`config`]: `[dead_letters]`.
+//! - [`config`]: the `[dead_letters]` section of the configuration.
 
 use std::fmt;
 use std::str::FromStr;

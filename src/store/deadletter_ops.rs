@@ -13,16 +13,16 @@ macro_rules! deadletter_ops {
             use serde_json::{json, Value};
             use sqlx::{Pool, Transaction};
 
-            use super::{insert_effect, insert_raw_event, record, try_claim, Attempt, Cx};
+            use super::{record, Cx};
             use $crate::audit::AuditEntry;
             use $crate::clock::Millis;
             use $crate::deadletter::{
                 ActionOutcome, DeadLetter, DeadLetterFilter, DeadLetterInput, ExecutionFailed,
-                ExecutionFailure, Refusal, ReplaceCommand, Resolution, ResolveCommand, RunLink,
+                ExecutionFailure, Refusal, Resolution, ResolveCommand, RunLink,
             };
             use $crate::deadletter::DeadLetterClass;
             use $crate::ingress::RawEvent;
-            use $crate::ledger::{ClaimRequest, Move, Run};
+            use $crate::ledger::{Move, Run};
             use $crate::store::deadletter_rows::{DeadLetterRow, LinkRow, RawEventRow};
             use $crate::store::deadletter_sql::{Bind, DeadLetterStatements};
             use $crate::store::row::{AttemptRow, EffectRow, RunRow};
@@ -198,7 +198,8 @@ macro_rules! deadletter_ops {
 
             /// An audit entry that moves nothing (the run keeps its state),
             /// chained like any other.
-            pub(crate) async fn note(tx: &mut Tx, st: &Statements, ns: &str, key: &str, kind: &str, actor: &str, detail: Value, at: Millis) -> Result<()> {
+            pub(crate) async fn note(tx: &mut Tx, st: &Statements, dl: &DeadLetter, kind: &str, actor: &str, detail: Value, at: Millis) -> Result<()> {
+                let (ns, key) = (dl.namespace.as_str(), dl.key.as_str());
                 let Some(row) = sqlx::query_as::<_, RunRow>(&st.deadletter.bump_audit)
                     .bind(ns)
                     .bind(key)
@@ -301,7 +302,7 @@ macro_rules! deadletter_ops {
                 }
             }
 
-            async fn not_dead_lettered(tx: &mut Tx, st: &Statements, dl: &DeadLetter) -> Result<Refusal> {
+            pub(crate) async fn not_dead_lettered(tx: &mut Tx, st: &Statements, dl: &DeadLetter) -> Result<Refusal> {
                 let run = run_in(tx, st, &dl.namespace, &dl.key).await?;
                 Ok(Refusal::RunNotDeadLettered(run.map(|r| r.state)))
             }
@@ -329,7 +330,7 @@ macro_rules! deadletter_ops {
                         return Ok(ActionOutcome::Refused(refused));
                     }
                 } else {
-                    note(&mut tx, cx.st, &dl.namespace, &dl.key, "dead_letter_resolved", &cmd.actor, detail, cx.clock_now).await?;
+                    note(&mut tx, cx.st, &dl, "dead_letter_resolved", &cmd.actor, detail, cx.clock_now).await?;
                 }
                 let after = fetch_in(&mut tx, cx.st, &cmd.id).await?
                     .ok_or_else(|| StoreError::Corrupt("dead letter vanished".into()))?;
@@ -379,93 +380,6 @@ macro_rules! deadletter_ops {
                 Ok(ExecutionFailed::Moved(moved))
             }
 
-            /// `replace`: the record closed, the original run finished
-            /// (`failed_terminal`, when it was stopped), and a new run under
-            /// the operator's key claimed and approved with its effects, all
-            /// linked, in one transaction.
-            pub(crate) async fn replace(cx: &Cx<'_>, cmd: &ReplaceCommand) -> Result<ActionOutcome> {
-                let mut tx = cx.write.begin().await?;
-                let dl = fetch_in(&mut tx, cx.st, &cmd.id).await?;
-                if let Some(refused) = refusal(dl.as_ref()) {
-                    return Ok(ActionOutcome::Refused(refused));
-                }
-                let dl = dl.ok_or_else(|| StoreError::Corrupt("dead letter vanished".into()))?;
-                let new_key = cmd.new_key.as_str();
-                if let Some(taken) = run_in(&mut tx, cx.st, &dl.namespace, new_key).await? {
-                    tx.rollback().await?;
-                    return Ok(ActionOutcome::Refused(Refusal::KeyTaken(taken.state)));
-                }
-                if !close(&mut tx, cx, &cmd.id, (Resolution::Replaced, &cmd.actor, &cmd.reason), cmd.retain_ms, false, Some((&dl.namespace, new_key))).await? {
-                    return Ok(ActionOutcome::Refused(Refusal::AlreadyResolved(Resolution::Replaced)));
-                }
-                let link = json!({ "dead_letter_id": dl.id, "replaced_by": { "namespace": dl.namespace, "key": new_key }, "reason": cmd.reason });
-                if dl.class.stops_run() {
-                    let reason = format!("replaced by {}/{new_key} ({}): {}", dl.namespace, cmd.actor, cmd.reason);
-                    if operator_move(&mut tx, cx, &dl, Move::Resolve, Some(&reason), &cmd.actor, link).await?.is_none() {
-                        let refused = not_dead_lettered(&mut tx, cx.st, &dl).await?;
-                        tx.rollback().await?;
-                        return Ok(ActionOutcome::Refused(refused));
-                    }
-                } else {
-                    note(&mut tx, cx.st, &dl.namespace, &dl.key, "dead_letter_replaced", &cmd.actor, link, cx.clock_now).await?;
-                }
-                let Some(run) = claim_replacement(&mut tx, cx, cmd, &dl).await? else {
-                    tx.rollback().await?;
-                    return Ok(ActionOutcome::Refused(Refusal::KeyTaken($crate::ledger::RunState::Processing)));
-                };
-                for effect in &cmd.effects {
-                    insert_effect(&mut tx, cx, &run, effect).await?;
-                }
-                if let Some(event) = &cmd.raw_event {
-                    insert_raw_event(&mut tx, cx.st, event).await?;
-                }
-                sqlx::query(&cx.st.deadletter.insert_link)
-                    .bind(&dl.namespace).bind(&dl.key).bind(run.namespace.as_str()).bind(new_key)
-                    .bind(&dl.id).bind(&cmd.actor).bind(&cmd.reason).bind(run.updated_at)
-                    .execute(&mut *tx)
-                    .await?;
-                let after = fetch_in(&mut tx, cx.st, &cmd.id).await?
-                    .ok_or_else(|| StoreError::Corrupt("dead letter vanished".into()))?;
-                tx.commit().await?;
-                let effects = cmd.effects.len() as u64;
-                Ok(ActionOutcome::Done { dead_letter: Box::new(after), run: Some(Box::new(run)), effects })
-            }
-
-            /// Claims the replacement key and approves it (its effects are
-            /// cleared by the same policy as the original's); `None` when
-            /// the key was taken meanwhile.
-            async fn claim_replacement(tx: &mut Tx, cx: &Cx<'_>, cmd: &ReplaceCommand, dl: &DeadLetter) -> Result<Option<Run>> {
-                let req = ClaimRequest {
-                    namespace: $crate::ledger::Namespace::parse(dl.namespace.clone()).map_err(|e| StoreError::Corrupt(e.to_string()))?,
-                    key: cmd.new_key.clone(),
-                    business_key: None,
-                    payload_hash: cmd.payload_hash.clone(),
-                    lease_ms: 60_000,
-                    metadata: cmd.metadata.clone(),
-                    claimed_by: cmd.actor.clone(),
-                };
-                let Attempt::Won { run, lease } = try_claim(tx, cx, &req).await? else {
-                    return Ok(None);
-                };
-                let row = sqlx::query_as::<_, RunRow>(&cx.st.finish[&Move::Approve])
-                    .bind(cx.now)
-                    .bind(run.namespace.as_str())
-                    .bind(run.key.as_str())
-                    .bind(lease.owner.to_hex())
-                    .bind(lease.version.get())
-                    .bind(None::<String>)
-                    .bind(None::<String>)
-                    .bind(None::<String>)
-                    .fetch_optional(&mut **tx)
-                    .await?
-                    .ok_or_else(|| StoreError::Corrupt("a just-claimed replacement refused approval".into()))?;
-                let approved = row.to_run()?;
-                let types: Vec<&str> = cmd.effects.iter().map(|e| e.effect_type.as_str()).collect();
-                let detail = json!({ "effects": types, "replaces": { "namespace": dl.namespace, "key": dl.key,
-                    "dead_letter_id": dl.id }, "reason": cmd.reason });
-                record(tx, cx.st, &row, &approved, Move::Approve, &cmd.actor, detail).await?;
-                Ok(Some(approved))
-            }
         }
     };
 }

@@ -35,6 +35,7 @@ use crate::deadletter::{
 mod deadletter_ops;
 pub(crate) mod deadletter_rows;
 pub mod deadletter_sql;
+mod replace_ops;
 mod replay_ops;
 
 mod outbox_ops;

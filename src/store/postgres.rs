@@ -33,6 +33,7 @@ mod ops {
     crate::outbox_ops!(sqlx::Postgres);
     crate::deadletter_ops!(sqlx::Postgres);
     crate::replay_ops!(sqlx::Postgres);
+    crate::replace_ops!(sqlx::Postgres);
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
@@ -261,7 +262,7 @@ impl Store for PgStore {
     }
 
     async fn replace_dead_letter(&self, cmd: &ReplaceCommand) -> Result<ActionOutcome> {
-        ops::deadletter::replace(&self.cx(), cmd).await
+        ops::replace::replace(&self.cx(), cmd).await
     }
 
     async fn fail_by_execution(&self, failure: &ExecutionFailure) -> Result<ExecutionFailed> {

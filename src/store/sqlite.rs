@@ -34,6 +34,7 @@ mod ops {
     crate::outbox_ops!(sqlx::Sqlite);
     crate::deadletter_ops!(sqlx::Sqlite);
     crate::replay_ops!(sqlx::Sqlite);
+    crate::replace_ops!(sqlx::Sqlite);
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
@@ -245,7 +246,7 @@ impl Store for SqliteStore {
     }
 
     async fn replace_dead_letter(&self, cmd: &ReplaceCommand) -> Result<ActionOutcome> {
-        ops::deadletter::replace(&self.cx(), cmd).await
+        ops::replace::replace(&self.cx(), cmd).await
     }
 
     async fn fail_by_execution(&self, failure: &ExecutionFailure) -> Result<ExecutionFailed> {

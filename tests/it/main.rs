@@ -6,7 +6,9 @@
 mod api;
 mod conformance;
 // Dead letters and replay (issue 6, branch dlq).
+mod deadletter_actions;
 mod deadletter_jobs;
+mod deadletter_rerun;
 mod deadletters;
 mod dispatch;
 mod dispatch_process;
