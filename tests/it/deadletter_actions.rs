@@ -417,3 +417,39 @@ async fn list_filters_and_pages(backend: Backend) {
     assert_eq!((status, assigned["owner"].as_str()), (200, Some("alice")));
     app.stop().await;
 }
+
+#[tokio::test]
+async fn dead_letter_routes_are_documented() {
+    let mock = MockTarget::start().await;
+    let app = app_for(Backend::Sqlite, &mock).await;
+    let doc: serde_json::Value = app
+        .client
+        .get(format!("{}/openapi.json", app.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for path in [
+        "/v1/dead-letters",
+        "/v1/dead-letters/{id}",
+        "/v1/dead-letters/{id}/resolve",
+        "/v1/dead-letters/{id}/replay",
+        "/v1/dead-letters/{id}/replace",
+        "/v1/dead-letters/{id}/assign",
+        "/v1/runs/links",
+        "/v1/runs/fail-by-execution",
+        "/v1/replay-jobs",
+        "/v1/replay-jobs/dry-run",
+        "/v1/replay-jobs/{id}",
+        "/v1/replay-jobs/{id}/stop",
+        "/v1/replay-jobs/{id}/resume",
+    ] {
+        assert!(
+            doc["paths"][path].is_object(),
+            "{path} missing from the OpenAPI document"
+        );
+    }
+    app.stop().await;
+}

@@ -195,6 +195,7 @@ async fn bulk_replay_dry_run_rate_stop_and_resume(backend: Backend) {
     })
     .await;
     let elapsed = started.elapsed();
+    eprintln!("bulk replay of {N} at 50/s: stopped after {done_at_stop}, completed in {elapsed:?} (including the pause)");
     assert!(
         elapsed >= Duration::from_secs(4),
         "200 items at 50/s took {elapsed:?}"

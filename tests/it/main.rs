@@ -7,6 +7,7 @@ mod api;
 mod conformance;
 // Dead letters and replay (issue 6, branch dlq).
 mod deadletter_actions;
+mod deadletter_cli;
 mod deadletter_jobs;
 mod deadletter_rerun;
 mod deadletters;
