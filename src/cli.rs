@@ -23,6 +23,12 @@ use crate::outbox::{Dispatcher, KillSwitch};
 use crate::store::{self, SharedStore, StoreOptions, StoredToken};
 use tokio::sync::Notify;
 
+// Dead letters and replay (issue 6, branch dlq).
+mod dlq;
+mod dlq_jobs;
+mod dlq_show;
+pub use dlq::{DlqArgs, DlqCommand, JobsCommand};
+
 /// oncegate: makes side-effecting workflow automation safe to retry.
 #[derive(Debug, Parser)]
 #[command(name = "oncegate", version, about)]
@@ -69,6 +75,9 @@ pub enum Command {
         #[command(subcommand)]
         command: RunsCommand,
     },
+    /// Dead letters: list, show, resolve, replay, replace, bulk replay jobs
+    /// (talks to the running server; needs an operator token).
+    Dlq(DlqArgs),
 }
 
 /// `oncegate config …`.
@@ -166,6 +175,7 @@ pub async fn run(command: Command, config: Config) -> Result<()> {
             Ok(())
         }
         Command::Actions { command } => actions(command, &config).await,
+        Command::Dlq(args) => dlq::run(args, &config).await,
         Command::Runs {
             command: RunsCommand::Get { namespace, key },
         } => {
@@ -375,6 +385,27 @@ pub async fn spawn_dispatcher(
     Ok(Some(tokio::spawn(Arc::new(dispatcher).run(shutdown))))
 }
 
+/// Starts the bulk replay runner inside this process when
+/// `dead_letters.runner_enabled`; it stops when `shutdown` is cancelled,
+/// releasing the job it holds so another process resumes it at once.
+pub fn spawn_replay_runner(
+    state: &AppState,
+    shutdown: CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let config = &state.config.dead_letters;
+    if !config.runner_enabled {
+        tracing::info!("the replay runner is disabled in this instance");
+        return None;
+    }
+    let ctx = crate::deadletter::replay::ReplayContext {
+        store: state.store.clone(),
+        config: state.config.clone(),
+        wake: state.wake.clone(),
+    };
+    let runner = Arc::new(crate::deadletter::runner::ReplayRunner::new(ctx, config));
+    Some(tokio::spawn(runner.run(shutdown)))
+}
+
 /// `oncegate serve`.
 ///
 /// # Errors
@@ -405,12 +436,17 @@ pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<()> {
         "oncegate listening"
     );
     let dispatcher = spawn_dispatcher(&state, shutdown.clone()).await?;
+    let replayer = spawn_replay_runner(&state, shutdown.clone());
     run_server(listener, state, shutdown.clone()).await?;
     shutdown.cancel();
     if let Some(dispatcher) = dispatcher {
         // The dispatcher finishes its current step (sends in flight are
         // recorded) before the pools close.
         let _ = dispatcher.await;
+    }
+    if let Some(replayer) = replayer {
+        // The replay runner finishes its current item and releases its job.
+        let _ = replayer.await;
     }
     store.close().await;
     tracing::info!("oncegate stopped");

@@ -76,6 +76,8 @@ pub struct Config {
     pub dispatcher: DispatcherConfig,
     /// Metric label bounds (ops/metrics).
     pub metrics: crate::ops::MetricsConfig,
+    /// Dead letters: owners, retention, the bulk replay runner (issue 6, branch dlq).
+    pub dead_letters: crate::deadletter::DeadLetterConfig,
 }
 
 /// `[server]`.
@@ -249,6 +251,11 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("ONCEGATE_MAX_LEASE_LIFE_MS", "ledger.max_lease_life_ms"),
     ("ONCEGATE_ACTIONS_ENABLED", "dispatcher.actions_enabled"),
     ("ONCEGATE_DISPATCHER_ENABLED", "dispatcher.enabled"),
+    // Dead letters (issue 6, branch dlq).
+    (
+        "ONCEGATE_REPLAY_RUNNER_ENABLED",
+        "dead_letters.runner_enabled",
+    ),
     ("ONCEGATE_LOG_FORMAT", "log.format"),
     ("ONCEGATE_LOG_LEVEL", "log.level"),
 ];
@@ -359,6 +366,9 @@ impl Config {
         self.validate_operations()?;
         // ops/metrics
         self.metrics
+            .validate()
+            .map_err(|(field, message)| ConfigError::field(field, message))?;
+        self.dead_letters
             .validate()
             .map_err(|(field, message)| ConfigError::field(field, message))?;
         let d = &self.dispatcher;

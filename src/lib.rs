@@ -14,6 +14,9 @@
 //!   move that permits them, and the dispatcher that sends each once with
 //!   its idempotency key, classifies the outcome, retries within budget,
 //!   reconciles the unknown and obeys the kill switch.
+//! - [`deadletter`]: where automatic work stops: evidence records, the
+//!   operator's resolve / replay / replace, bulk replay jobs and their
+//!   runner, and the workflow's failure report by execution ref.
 //! - [`audit`]: the append-only, per-key hash-chained event log written in
 //!   the same transaction as every claim and move.
 //! - [`api`]: the versioned JSON API over HTTP (axum), bearer tokens with
@@ -55,6 +58,7 @@ pub mod audit;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod deadletter;
 pub mod ingress;
 pub mod ledger;
 pub mod ops;

@@ -76,6 +76,20 @@ pub enum ApiError {
     /// The request took longer than the configured timeout.
     #[error("the request did not finish within {0} ms")]
     Timeout(u64),
+    // Dead letters (issue 6, branch dlq).
+    /// An operator command does not apply to the dead letter or job as it is now.
+    #[error("{detail}")]
+    Refused {
+        /// The problem type's slug (`already-resolved`, `run-not-dead-lettered`, …).
+        slug: &'static str,
+        /// What is in the way.
+        detail: String,
+        /// The run's current state, when it matters.
+        state: Option<String>,
+    },
+    /// A replay of a gated operation needs a new approval challenge.
+    #[error("{0}")]
+    ReplayRequiresApproval(String),
     /// Something on our side failed.
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -101,6 +115,7 @@ impl ApiError {
             Self::PayloadConflict { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
+            Self::Refused { .. } | Self::ReplayRequiresApproval(_) => StatusCode::CONFLICT,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -118,6 +133,8 @@ impl ApiError {
             Self::PayloadConflict { .. } => "payload-conflict",
             Self::TooLarge { .. } => "body-too-large",
             Self::Timeout(_) => "timeout",
+            Self::Refused { slug, .. } => slug,
+            Self::ReplayRequiresApproval(_) => "replay-requires-approval",
             Self::Internal(_) => "internal",
         }
     }
@@ -166,6 +183,7 @@ impl IntoResponse for ApiError {
                 current.as_ref().map(|r| r.state.to_string()),
                 current.as_ref().map(|r| r.version.get()),
             ),
+            Self::Refused { state, .. } => (None, state.clone(), None),
             _ => (None, None, None),
         };
         let problem = Problem {

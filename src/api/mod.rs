@@ -26,6 +26,8 @@ use crate::store::SharedStore;
 mod admin;
 pub mod auth;
 mod claims;
+// Dead letters and replay (issue 6, branch dlq).
+mod deadletters;
 mod effects;
 pub mod error;
 mod health;
@@ -67,6 +69,8 @@ pub fn router(state: AppState) -> Router {
         .merge(runs::router(state.clone()))
         .merge(effects::router(state.clone()))
         .merge(admin::router(state.clone()))
+        // Dead letters and replay (issue 6, branch dlq).
+        .merge(deadletters::router(state.clone()))
         .merge(crate::ingress::router())
         .merge(health::router())
         .merge(openapi::router())

@@ -27,6 +27,21 @@ use super::AppState;
         super::health::healthz,
         super::health::readyz,
         super::health::metrics,
+        // Dead letters and replay (issue 6, branch dlq).
+        super::deadletters::list,
+        super::deadletters::show,
+        super::deadletters::actions::resolve,
+        super::deadletters::actions::replay,
+        super::deadletters::actions::replace,
+        super::deadletters::actions::assign,
+        super::deadletters::actions::links,
+        super::deadletters::fail::fail_by_execution,
+        super::deadletters::jobs::dry_run,
+        super::deadletters::jobs::create,
+        super::deadletters::jobs::list,
+        super::deadletters::jobs::show,
+        super::deadletters::jobs::stop,
+        super::deadletters::jobs::resume,
     ),
     components(schemas(super::Problem)),
     modifiers(&BearerAuth),
@@ -35,6 +50,7 @@ use super::AppState;
         (name = "ingress", description = "Signed webhook deliveries"),
         (name = "outbox", description = "Effects: commit, list, cancel"),
         (name = "ops", description = "Health, readiness, metrics"),
+        (name = "dead letters", description = "Dead letters: list, inspect, resolve, replay, replace; bulk replay jobs"),
     )
 )]
 pub struct ApiDoc;

@@ -70,7 +70,7 @@ pub(super) fn optional_text(
 }
 
 /// Keeps an error message safe to store and show: bounded, one line.
-fn sanitise_error(error: &str) -> String {
+pub(super) fn sanitise_error(error: &str) -> String {
     const MAX: usize = 2_000;
     let mut clean: String = error
         .chars()

@@ -131,6 +131,18 @@ pub enum Move {
     ReplayGated,
     /// `dead_lettered -> failed_terminal`: operator resolution with a note.
     Resolve,
+    /// `processing -> failed_retryable` without a lease: the workflow's error
+    /// handler reported a retryable failure by `execution_ref`.
+    ExecutionFailed,
+    /// `processing -> dead_lettered` without a lease: the workflow's error
+    /// handler reported a failure it does not want retried (see
+    /// docs/decisions.md: DESIGN.md §2 lists no move out of `processing`
+    /// into `dead_lettered`, §7 asks for it).
+    WorkflowError,
+    /// `dead_lettered -> failed_retryable`: operator replay of a run that
+    /// stopped before it queued any effect (a workflow error); the
+    /// workflow's re-run reclaims it under the same key (docs/decisions.md).
+    ReplayRelease,
 }
 
 impl Move {
@@ -145,13 +157,17 @@ impl Move {
             | Self::Complete
             | Self::FailRetryable
             | Self::FailTerminal
-            | Self::Gate => &[Processing],
+            | Self::Gate
+            | Self::ExecutionFailed
+            | Self::WorkflowError => &[Processing],
             Self::ApprovalConsumed | Self::ApprovalRejected | Self::ApprovalExpired => {
                 &[AwaitingHuman]
             }
             Self::EffectsCompleted | Self::EffectsFailed | Self::EffectRejected => &[Approved],
             Self::ReclaimBudgetExhausted => &[FailedRetryable],
-            Self::ReplayUngated | Self::ReplayGated | Self::Resolve => &[DeadLettered],
+            Self::ReplayUngated | Self::ReplayGated | Self::Resolve | Self::ReplayRelease => {
+                &[DeadLettered]
+            }
         }
     }
 
@@ -162,14 +178,15 @@ impl Move {
             Self::Claim | Self::Reclaim | Self::Renew => Processing,
             Self::Approve | Self::ApprovalConsumed | Self::ReplayUngated => Approved,
             Self::Complete | Self::EffectsCompleted => Completed,
-            Self::FailRetryable => FailedRetryable,
+            Self::FailRetryable | Self::ExecutionFailed | Self::ReplayRelease => FailedRetryable,
             Self::FailTerminal | Self::ApprovalRejected | Self::Resolve | Self::EffectRejected => {
                 FailedTerminal
             }
             Self::Gate | Self::ReplayGated => AwaitingHuman,
-            Self::ApprovalExpired | Self::EffectsFailed | Self::ReclaimBudgetExhausted => {
-                DeadLettered
-            }
+            Self::ApprovalExpired
+            | Self::EffectsFailed
+            | Self::ReclaimBudgetExhausted
+            | Self::WorkflowError => DeadLettered,
         }
     }
 
@@ -194,6 +211,9 @@ impl Move {
             Self::ReplayUngated => "replay",
             Self::ReplayGated => "replay_gated",
             Self::Resolve => "resolve",
+            Self::ExecutionFailed => "execution_failed",
+            Self::WorkflowError => "workflow_error",
+            Self::ReplayRelease => "replay_release",
         }
     }
 
@@ -243,9 +263,15 @@ mod tests {
         (DeadLettered, Approved),
         (DeadLettered, AwaitingHuman),
         (DeadLettered, FailedTerminal),
+        // DESIGN.md §7: a workflow's error handler fails a run by execution
+        // ref; not retryable means an operator decides (docs/decisions.md).
+        (Processing, DeadLettered),
+        // A replayed workflow error goes back to the workflow's re-run
+        // under the same key (docs/decisions.md).
+        (DeadLettered, FailedRetryable),
     ];
 
-    const MOVES: [Move; 18] = [
+    const MOVES: [Move; 21] = [
         Move::Claim,
         Move::Reclaim,
         Move::Renew,
@@ -264,6 +290,9 @@ mod tests {
         Move::ReplayUngated,
         Move::ReplayGated,
         Move::Resolve,
+        Move::ExecutionFailed,
+        Move::WorkflowError,
+        Move::ReplayRelease,
     ];
 
     #[test]
@@ -304,6 +333,8 @@ mod tests {
             assert_eq!(state.as_str().parse::<RunState>().unwrap(), state);
         }
         assert!("finished".parse::<RunState>().is_err());
+        assert_eq!(Move::WorkflowError.sql_guard(), "('processing')");
+        assert_eq!(Move::ReplayRelease.sql_guard(), "('dead_lettered')");
         assert_eq!(
             Move::Reclaim.sql_guard(),
             "('processing', 'failed_retryable')"

@@ -12,6 +12,7 @@ macro_rules! outbox_ops {
             use sqlx::{Pool, Transaction};
 
             use super::{owner_move, record, Cx, MoveFields};
+            use $crate::deadletter::{DeadLetterClass, DeadLetterInput};
             use $crate::ledger::{Move, Moved, OwnerCall, Run};
             use $crate::outbox::{
                 ActionSwitch, AttemptView, Decision, Effect, FailClass, Leased, NewEffect, Recorded, Verdict,
@@ -168,9 +169,10 @@ macro_rules! outbox_ops {
                 let run = row.to_run()?;
                 let detail = json!({ "effect_id": effect.id, "effect_type": effect.new.effect_type, "reason": reason });
                 record(tx, cx.st, &row, &run, kind, actor, detail.clone()).await?;
-                if let Verdict::Failed { class, .. } = verdict {
-                    if *class != FailClass::Rejected {
-                        dead_letter(tx, cx.st, &run, class.as_str(), detail).await?;
+                if let Verdict::Failed { class, reason } = verdict {
+                    if let Some(class) = dead_letter_class(*class) {
+                        let input = DeadLetterInput::new(class, reason.clone(), detail);
+                        super::deadletter::record_dead_letter(tx, cx.st, &run, &input, run.updated_at).await?;
                     }
                 }
                 Ok(Some(run))
@@ -195,25 +197,15 @@ macro_rules! outbox_ops {
                 Ok(Some(run))
             }
 
-            async fn dead_letter(
-                tx: &mut Transaction<'static, $db>,
-                st: &Statements,
-                run: &Run,
-                class: &str,
-                detail: Value,
-            ) -> Result<()> {
-                sqlx::query(&st.insert_dead_letter)
-                    .bind(uuid::Uuid::now_v7().to_string())
-                    .bind(run.namespace.as_str())
-                    .bind(run.key.as_str())
-                    .bind(class)
-                    .bind("dispatcher")
-                    .bind(None::<String>)
-                    .bind(detail.to_string())
-                    .bind(run.updated_at)
-                    .execute(&mut **tx)
-                    .await?;
-                Ok(())
+            /// The dead-letter class of a failure that stops the run (a
+            /// business rejection ends it `failed_terminal` instead).
+            fn dead_letter_class(class: FailClass) -> Option<DeadLetterClass> {
+                match class {
+                    FailClass::Rejected => None,
+                    FailClass::Permanent => Some(DeadLetterClass::Permanent),
+                    FailClass::RetryExhausted => Some(DeadLetterClass::RetryExhausted),
+                    FailClass::UnknownOutcome => Some(DeadLetterClass::UnknownOutcome),
+                }
             }
 
             /// `sending` effects whose dispatcher died become `unknown`.

@@ -85,15 +85,14 @@ pub struct Statements {
     /// Stores a raw delivery. Binds: id, source, event_id, event_type,
     /// status, payload_hash, content_type, headers, body, received_at.
     pub insert_raw_event: String,
-    /// Records a dead letter. Binds: id, namespace, key, class, component,
-    /// raw_event_id, detail, created_at.
-    pub insert_dead_letter: String,
     /// Stores a token digest. Binds: digest, subject, scopes, roles, created_at.
     pub insert_token: String,
     /// The outbox's statements.
     pub outbox: super::outbox_sql::OutboxStatements,
     /// The scrape-time gauges' statements (ops/metrics).
     pub ops: super::ops_sql::OpsStatements,
+    /// Dead letters and replay jobs (issue 6, branch dlq).
+    pub deadletter: super::deadletter_sql::DeadLetterStatements,
 }
 
 impl Statements {
@@ -195,9 +194,7 @@ impl Statements {
                 .into(),
             outbox: super::outbox_sql::OutboxStatements::new(dialect),
             ops: super::ops_sql::OpsStatements::new(dialect),
-            insert_dead_letter: "INSERT INTO dead_letters (id, namespace, run_key, class, component, \
-                 raw_event_id, detail, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
-                .into(),
+            deadletter: super::deadletter_sql::DeadLetterStatements::new(dialect),
             insert_token: "INSERT INTO api_tokens (digest, subject, scopes, roles, created_at) \
                  VALUES ($1, $2, $3, $4, $5) ON CONFLICT (digest) DO NOTHING"
                 .into(),
@@ -523,17 +520,14 @@ macro_rules! ledger_ops {
                 "offered_payload_hash": event.payload_hash.as_str(),
                 "run_state": run.state.as_str(),
             });
-            sqlx::query(&cx.st.insert_dead_letter)
-                .bind(uuid::Uuid::now_v7().to_string())
-                .bind(run.namespace.as_str())
-                .bind(run.key.as_str())
-                .bind("payload_conflict")
-                .bind("ingress")
-                .bind(&event.id)
-                .bind(detail.to_string())
-                .bind(event.received_at)
-                .execute(&mut *tx)
-                .await?;
+            let mut input = $crate::deadletter::DeadLetterInput::new(
+                $crate::deadletter::DeadLetterClass::PayloadConflict,
+                "the same event id arrived with a different body; it was quarantined, never forwarded",
+                detail.clone(),
+            );
+            input.evidence = Some(detail);
+            input.raw_event_id = Some(event.id.clone());
+            deadletter::record_dead_letter(&mut tx, cx.st, run, &input, event.received_at).await?;
             tx.commit().await?;
             Ok(())
         }

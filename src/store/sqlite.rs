@@ -23,11 +23,19 @@ use crate::ledger::{
 };
 use crate::outbox::{ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffect, Recorded};
 use serde_json::Value;
+// Dead letters and replay (issue 6, branch dlq).
+use crate::deadletter::{
+    ActionOutcome, DeadLetter, DeadLetterFilter, ExecutionFailed, ExecutionFailure, JobItem,
+    JobItemRef, NewReplayJob, ReplaceCommand, ReplayCommand, ReplayJob, ResolveCommand, RunLink,
+};
 
 mod ops {
     crate::ledger_ops!(sqlx::Sqlite);
     crate::outbox_ops!(sqlx::Sqlite);
     crate::gauge_ops!(sqlx::Sqlite);
+    crate::deadletter_ops!(sqlx::Sqlite);
+    crate::replay_ops!(sqlx::Sqlite);
+    crate::replace_ops!(sqlx::Sqlite);
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
@@ -224,5 +232,88 @@ impl Store for SqliteStore {
     async fn close(&self) {
         self.write.close().await;
         self.read.close().await;
+    }
+
+    // ---- Dead letters and replay (issue 6, branch dlq) ----
+
+    async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetter>> {
+        ops::deadletter::list(&self.read, filter).await
+    }
+
+    async fn dead_letter(&self, id: &str) -> Result<Option<DeadLetter>> {
+        ops::deadletter::fetch(&self.read, &self.st, id).await
+    }
+
+    async fn assign_dead_letter(&self, id: &str, owner: &str) -> Result<Option<DeadLetter>> {
+        ops::deadletter::assign(&self.write, &self.st, id, owner).await
+    }
+
+    async fn resolve_dead_letter(&self, cmd: &ResolveCommand) -> Result<ActionOutcome> {
+        ops::deadletter::resolve(&self.cx(), cmd).await
+    }
+
+    async fn replay_dead_letter(&self, cmd: &ReplayCommand) -> Result<ActionOutcome> {
+        ops::replay::replay(&self.cx(), cmd).await
+    }
+
+    async fn replace_dead_letter(&self, cmd: &ReplaceCommand) -> Result<ActionOutcome> {
+        ops::replace::replace(&self.cx(), cmd).await
+    }
+
+    async fn fail_by_execution(&self, failure: &ExecutionFailure) -> Result<ExecutionFailed> {
+        ops::deadletter::fail_by_execution(&self.cx(), failure).await
+    }
+
+    async fn run_links(&self, namespace: &str, key: &str) -> Result<Vec<RunLink>> {
+        ops::deadletter::links(&self.read, &self.st, namespace, key).await
+    }
+
+    async fn raw_event(&self, id: &str) -> Result<Option<RawEvent>> {
+        ops::deadletter::raw_event(&self.read, &self.st, id).await
+    }
+
+    async fn create_replay_job(&self, job: &NewReplayJob) -> Result<ReplayJob> {
+        ops::replay::create_job(&self.cx(), job).await
+    }
+
+    async fn replay_job(&self, id: &str) -> Result<Option<ReplayJob>> {
+        ops::replay::job(&self.read, &self.st, id).await
+    }
+
+    async fn replay_jobs(&self, limit: i64) -> Result<Vec<ReplayJob>> {
+        ops::replay::jobs(&self.read, &self.st, limit).await
+    }
+
+    async fn replay_job_items(&self, id: &str, after_seq: i64, limit: i64) -> Result<Vec<JobItem>> {
+        ops::replay::items(&self.read, &self.st, id, after_seq, limit).await
+    }
+
+    async fn set_replay_job_state(
+        &self,
+        id: &str,
+        stop: bool,
+        actor: &str,
+    ) -> Result<Option<ReplayJob>> {
+        ops::replay::set_state(&self.cx(), id, stop, actor).await
+    }
+
+    async fn lease_replay_job(&self, owner: &str, lease_ms: i64) -> Result<Option<ReplayJob>> {
+        ops::replay::lease(&self.cx(), owner, lease_ms).await
+    }
+
+    async fn next_replay_item(&self, job_id: &str) -> Result<Option<JobItem>> {
+        ops::replay::next_item(&self.read, &self.st, job_id).await
+    }
+
+    async fn refuse_replay_item(&self, item: &JobItemRef, why: &str) -> Result<bool> {
+        ops::replay::refuse_item(&self.cx(), item, why).await
+    }
+
+    async fn complete_replay_job(&self, id: &str, owner: &str) -> Result<bool> {
+        ops::replay::complete(&self.cx(), id, owner).await
+    }
+
+    async fn release_replay_job(&self, id: &str, owner: &str) -> Result<()> {
+        ops::replay::release(&self.cx(), id, owner).await
     }
 }

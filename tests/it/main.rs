@@ -5,6 +5,12 @@
 
 mod api;
 mod conformance;
+// Dead letters and replay (issue 6, branch dlq).
+mod deadletter_actions;
+mod deadletter_cli;
+mod deadletter_jobs;
+mod deadletter_rerun;
+mod deadletters;
 mod dispatch;
 mod dispatch_process;
 mod harness;

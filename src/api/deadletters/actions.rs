@@ -1,0 +1,253 @@
+//! The operator's commands on one dead letter: resolve, replay, replace,
+//! assign; and the replacement links of a run.
+
+use axum::extract::{Path, Query, State};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::super::error::{ApiError, Result};
+use super::super::runs::{optional_text, RunRef, RunView};
+use super::super::{ApiJson, AppState, Caller};
+use super::{refused, DeadLetterView};
+use crate::deadletter::replay::{replace_one, replay_one, ReplayContext, ReplayError};
+use crate::deadletter::{ActionOutcome, ReplayCommand, Resolution, ResolveCommand, RunLink};
+use crate::ledger::{IdempotencyKey, Namespace};
+
+/// The context replays run in.
+pub(in crate::api) fn replay_context(app: &AppState) -> ReplayContext {
+    ReplayContext {
+        store: app.store.clone(),
+        config: app.config.clone(),
+        wake: app.wake.clone(),
+    }
+}
+
+/// A required, bounded, single-line text field.
+pub(in crate::api) fn required_text(field: &str, value: String, max: usize) -> Result<String> {
+    let value = optional_text(field, Some(value), max)?.unwrap_or_default();
+    if value.trim().is_empty() {
+        return Err(ApiError::invalid(
+            field,
+            format!("{field} is required: say why"),
+        ));
+    }
+    Ok(value)
+}
+
+/// Maps a replay's failure to its problem.
+pub(in crate::api) fn replay_error(err: ReplayError) -> ApiError {
+    match err {
+        ReplayError::Refused(r) => refused(r),
+        ReplayError::RequiresApproval(e) => ApiError::ReplayRequiresApproval(e.to_string()),
+        ReplayError::UndeclaredOperation(_) => ApiError::Refused {
+            slug: "undeclared-operation",
+            detail: err.to_string(),
+            state: None,
+        },
+        ReplayError::NothingToReplace => ApiError::Refused {
+            slug: "nothing-to-replace",
+            detail: err.to_string(),
+            state: None,
+        },
+        ReplayError::Store(e) => e.into(),
+    }
+}
+
+/// What a command did: the record after it and the run it moved or created.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ActionResponse {
+    /// The dead letter after the command.
+    pub dead_letter: DeadLetterView,
+    /// The run moved (resolve, replay) or created (replace).
+    pub run: Option<RunView>,
+    /// Effects re-queued (replay) or queued (replace).
+    pub effects: u64,
+}
+
+fn done(app: &AppState, outcome: ActionOutcome) -> Result<Json<ActionResponse>> {
+    match outcome {
+        ActionOutcome::Done {
+            dead_letter,
+            run,
+            effects,
+        } => Ok(Json(ActionResponse {
+            dead_letter: DeadLetterView::full(
+                *dead_letter,
+                &app.config.dead_letters,
+                app.clock.now_ms(),
+            ),
+            run: run.map(|r| RunView::from(*r)),
+            effects,
+        })),
+        ActionOutcome::Refused(r) => Err(refused(r)),
+    }
+}
+
+/// `POST /v1/dead-letters/{id}/resolve`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveBody {
+    /// `reject` (nothing more is done) or `compensated` (handled by hand).
+    pub resolution: String,
+    /// Why, for the audit log (required).
+    pub note: String,
+}
+
+/// Resolves a dead letter: the run `dead_lettered → failed_terminal`, with the note.
+#[utoipa::path(post, path = "/v1/dead-letters/{id}/resolve", tag = "dead letters",
+    params(("id" = String, Path, description = "Dead letter id")), request_body = ResolveBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Resolved", body = ActionResponse),
+        (status = 400, description = "Bad resolution or missing note", body = super::super::Problem),
+        (status = 404, description = "No such dead letter", body = super::super::Problem),
+        (status = 409, description = "Already resolved, or the run is no longer dead-lettered", body = super::super::Problem),
+    ))]
+pub(in crate::api) async fn resolve(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<ResolveBody>,
+) -> Result<Json<ActionResponse>> {
+    let resolution = match body.resolution.as_str() {
+        "reject" => Resolution::Reject,
+        "compensated" => Resolution::Compensated,
+        _ => {
+            return Err(ApiError::invalid(
+                "resolution",
+                "must be reject or compensated",
+            ))
+        }
+    };
+    let cmd = ResolveCommand {
+        id,
+        resolution,
+        actor: caller.subject.clone(),
+        note: required_text("note", body.note, 2_000)?,
+        retain_ms: app.config.dead_letters.retain_ms(),
+    };
+    let outcome = app.store.resolve_dead_letter(&cmd).await?;
+    done(&app, outcome)
+}
+
+/// `POST /v1/dead-letters/{id}/replay`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayBody {
+    /// Why, for the audit log (required).
+    pub reason: String,
+}
+
+/// Replays a dead letter: the same effects under the same idempotency keys
+/// (`dead_lettered → approved`), or for a run that never queued an effect,
+/// back to the workflow's re-run (`→ failed_retryable`).
+#[utoipa::path(post, path = "/v1/dead-letters/{id}/replay", tag = "dead letters",
+    params(("id" = String, Path, description = "Dead letter id")), request_body = ReplayBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Replayed", body = ActionResponse),
+        (status = 404, description = "No such dead letter", body = super::super::Problem),
+        (status = 409, description = "Already resolved, run not dead-lettered, or a gated operation (replay-requires-approval)", body = super::super::Problem),
+    ))]
+pub(in crate::api) async fn replay(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<ReplayBody>,
+) -> Result<Json<ActionResponse>> {
+    let cmd = ReplayCommand {
+        id,
+        actor: caller.subject.clone(),
+        reason: required_text("reason", body.reason, 2_000)?,
+        retain_ms: app.config.dead_letters.retain_ms(),
+        job_item: None,
+    };
+    let outcome = replay_one(&replay_context(&app), cmd)
+        .await
+        .map_err(replay_error)?;
+    done(&app, outcome)
+}
+
+/// `POST /v1/dead-letters/{id}/replace`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplaceBody {
+    /// The new upstream-issued key (same namespace); never derived by oncegate.
+    pub key: String,
+    /// Why, for the audit log (required).
+    pub reason: String,
+}
+
+/// Replaces a dead letter with a new event under the operator's new key,
+/// linked to the original both ways; the original run (if stopped) ends
+/// `failed_terminal`.
+#[utoipa::path(post, path = "/v1/dead-letters/{id}/replace", tag = "dead letters",
+    params(("id" = String, Path, description = "Dead letter id")), request_body = ReplaceBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Replaced; `run` is the new run", body = ActionResponse),
+        (status = 400, description = "Malformed key or missing reason", body = super::super::Problem),
+        (status = 404, description = "No such dead letter", body = super::super::Problem),
+        (status = 409, description = "Already resolved, key taken, nothing to replace, or gated", body = super::super::Problem),
+    ))]
+pub(in crate::api) async fn replace(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<ReplaceBody>,
+) -> Result<Json<ActionResponse>> {
+    let key = IdempotencyKey::parse(body.key)?;
+    let reason = required_text("reason", body.reason, 2_000)?;
+    let outcome = replace_one(&replay_context(&app), &id, key, &caller.subject, &reason)
+        .await
+        .map_err(replay_error)?;
+    done(&app, outcome)
+}
+
+/// `POST /v1/dead-letters/{id}/assign`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AssignBody {
+    /// The person or team now responsible.
+    pub owner: String,
+}
+
+/// Assigns a dead letter to an owner.
+#[utoipa::path(post, path = "/v1/dead-letters/{id}/assign", tag = "dead letters",
+    params(("id" = String, Path, description = "Dead letter id")), request_body = AssignBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Assigned", body = DeadLetterView),
+        (status = 404, description = "No such dead letter", body = super::super::Problem),
+    ))]
+pub(in crate::api) async fn assign(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<AssignBody>,
+) -> Result<Json<DeadLetterView>> {
+    let owner = required_text("owner", body.owner, 200)?;
+    let dl = app
+        .store
+        .assign_dead_letter(&id, &owner)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no dead letter {id}")))?;
+    Ok(Json(DeadLetterView::full(
+        dl,
+        &app.config.dead_letters,
+        app.clock.now_ms(),
+    )))
+}
+
+/// Replacement links from or to a run.
+#[utoipa::path(get, path = "/v1/runs/links", tag = "dead letters", params(RunRef),
+    security(("bearer" = [])),
+    responses((status = 200, description = "Links, oldest first", body = [Object])))]
+pub(in crate::api) async fn links(
+    State(app): State<AppState>,
+    Query(q): Query<RunRef>,
+) -> Result<Json<Vec<RunLink>>> {
+    let ns = Namespace::parse(q.namespace)?;
+    let key = IdempotencyKey::parse(q.key)?;
+    Ok(Json(app.store.run_links(ns.as_str(), key.as_str()).await?))
+}

@@ -1,0 +1,310 @@
+//! Bulk replay over HTTP: an explicit selection (ids, or a filter frozen
+//! into ids), a dry-run summary that writes and sends nothing, then a
+//! tracked job the runner works under a rate limit, with stop and resume.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use utoipa::{IntoParams, ToSchema};
+
+use super::super::error::{ApiError, Result};
+use super::super::{ApiJson, AppState, Caller};
+use super::actions::required_text;
+use super::plan::{freeze, plan, Selection, Summary};
+use crate::clock::to_datetime;
+use crate::deadletter::jobs::Progress;
+use crate::deadletter::{JobItem, JobState, NewReplayJob, ReplayJob};
+
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/replay-jobs", get(list).post(create))
+        .route("/v1/replay-jobs/dry-run", post(dry_run))
+        .route("/v1/replay-jobs/{id}", get(show))
+        .route("/v1/replay-jobs/{id}/stop", post(stop))
+        .route("/v1/replay-jobs/{id}/resume", post(resume))
+}
+
+/// `POST /v1/replay-jobs/dry-run`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DryRunBody {
+    /// What to replay.
+    pub selection: Selection,
+}
+
+/// `POST /v1/replay-jobs`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateJobBody {
+    /// What to replay.
+    pub selection: Selection,
+    /// Why (recorded with every replay).
+    pub reason: String,
+    /// Items per second (1 to the configured maximum).
+    pub rate_per_sec: i64,
+}
+
+/// The answer to a dry run.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DryRunResponse {
+    /// What would happen.
+    pub summary: Summary,
+    /// The frozen selection, in order (pass as `selection.ids` to create the job).
+    pub ids: Vec<String>,
+}
+
+/// A job as the API shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobView {
+    /// Stable id.
+    pub id: String,
+    /// `running`, `stopped` or `completed`.
+    pub state: JobState,
+    /// The operator who created it.
+    pub created_by: String,
+    /// Why.
+    pub reason: String,
+    /// Items per second.
+    pub rate_per_sec: i64,
+    /// How the selection was given.
+    #[schema(value_type = Object)]
+    pub selection: Value,
+    /// The dry-run summary at creation.
+    #[schema(value_type = Object)]
+    pub summary: Value,
+    /// Item counts.
+    pub progress: Progress,
+    /// The runner working it now, if leased.
+    pub runner: Option<String>,
+    /// Who changed its state last.
+    pub changed_by: String,
+    /// Created (RFC 3339).
+    pub created_at: String,
+    /// Last change (RFC 3339).
+    pub updated_at: String,
+    /// Last item worked (RFC 3339).
+    pub finished_at: Option<String>,
+}
+
+impl From<ReplayJob> for JobView {
+    fn from(j: ReplayJob) -> Self {
+        let ts = |ms: i64| to_datetime(ms).to_rfc3339();
+        Self {
+            runner: j.lease_owner,
+            created_at: ts(j.created_at),
+            updated_at: ts(j.updated_at),
+            finished_at: j.finished_at.map(ts),
+            id: j.id,
+            state: j.state,
+            created_by: j.created_by,
+            reason: j.reason,
+            rate_per_sec: j.rate_per_sec,
+            selection: j.selection,
+            summary: j.summary,
+            progress: j.progress,
+            changed_by: j.changed_by,
+        }
+    }
+}
+
+/// Shows what a bulk replay would do. Writes nothing, sends nothing.
+#[utoipa::path(post, path = "/v1/replay-jobs/dry-run", tag = "dead letters", request_body = DryRunBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The summary and the frozen selection", body = DryRunResponse),
+        (status = 400, description = "No or an oversized selection", body = super::super::Problem),
+    ))]
+pub(in crate::api) async fn dry_run(
+    State(app): State<AppState>,
+    ApiJson(body): ApiJson<DryRunBody>,
+) -> Result<Json<DryRunResponse>> {
+    let ids = freeze(&app, &body.selection).await?;
+    let summary = plan(&app, &ids).await?;
+    Ok(Json(DryRunResponse { summary, ids }))
+}
+
+/// Creates and starts a bulk replay job over a frozen selection.
+#[utoipa::path(post, path = "/v1/replay-jobs", tag = "dead letters", request_body = CreateJobBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 201, description = "Created and running", body = JobView),
+        (status = 400, description = "No selection, missing reason, or a rate outside the limits", body = super::super::Problem),
+    ))]
+pub(in crate::api) async fn create(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<CreateJobBody>,
+) -> Result<(StatusCode, Json<JobView>)> {
+    let max_rate = app.config.dead_letters.max_rate_per_sec;
+    if !(1..=max_rate).contains(&body.rate_per_sec) {
+        return Err(ApiError::invalid(
+            "rate_per_sec",
+            format!("must be between 1 and {max_rate} (dead_letters.max_rate_per_sec)"),
+        ));
+    }
+    let reason = required_text("reason", body.reason, 2_000)?;
+    let ids = freeze(&app, &body.selection).await?;
+    let summary = plan(&app, &ids).await?;
+    let selection = match &body.selection.filter {
+        Some(filter) => json!({ "filter": filter }),
+        None => json!({ "ids": ids.len() }),
+    };
+    let job = NewReplayJob {
+        id: uuid::Uuid::now_v7().to_string(),
+        created_by: caller.subject.clone(),
+        reason,
+        rate_per_sec: body.rate_per_sec,
+        selection,
+        summary: serde_json::to_value(&summary).map_err(|e| ApiError::Internal(Box::new(e)))?,
+        dead_letter_ids: ids,
+    };
+    let created = app.store.create_replay_job(&job).await?;
+    tracing::info!(job = %created.id, items = created.progress.total, rate = created.rate_per_sec, by = %caller.subject, "replay job created");
+    Ok((StatusCode::CREATED, Json(created.into())))
+}
+
+/// `GET /v1/replay-jobs` query.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct JobsQuery {
+    /// At most this many, newest first (default 20, at most 200).
+    pub limit: Option<i64>,
+}
+
+/// Lists bulk replay jobs, newest first.
+#[utoipa::path(get, path = "/v1/replay-jobs", tag = "dead letters", params(JobsQuery),
+    security(("bearer" = [])),
+    responses((status = 200, description = "Jobs", body = [JobView])))]
+pub(in crate::api) async fn list(
+    State(app): State<AppState>,
+    Query(q): Query<JobsQuery>,
+) -> Result<Json<Vec<JobView>>> {
+    let limit = q.limit.unwrap_or(20);
+    if !(1..=200).contains(&limit) {
+        return Err(ApiError::invalid("limit", "must be between 1 and 200"));
+    }
+    Ok(Json(
+        app.store
+            .replay_jobs(limit)
+            .await?
+            .into_iter()
+            .map(JobView::from)
+            .collect(),
+    ))
+}
+
+/// `GET /v1/replay-jobs/{id}` query.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct ItemsQuery {
+    /// Items after this position (default 0).
+    pub items_after: Option<i64>,
+    /// At most this many items (default 100, at most 1000; 0 for none).
+    pub items_limit: Option<i64>,
+}
+
+/// A job with a page of its items.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobDetail {
+    /// The job.
+    pub job: JobView,
+    /// Its items after `items_after`, in order: each one's outcome.
+    pub items: Vec<JobItem>,
+}
+
+async fn job_or_404(app: &AppState, id: &str) -> Result<ReplayJob> {
+    app.store
+        .replay_job(id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no replay job {id}")))
+}
+
+/// Shows a job's progress and its items' outcomes.
+#[utoipa::path(get, path = "/v1/replay-jobs/{id}", tag = "dead letters",
+    params(("id" = String, Path, description = "Job id"), ItemsQuery),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The job", body = JobDetail),
+        (status = 404, description = "No such job", body = super::super::Problem),
+    ))]
+pub(in crate::api) async fn show(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<ItemsQuery>,
+) -> Result<Json<JobDetail>> {
+    let limit = q.items_limit.unwrap_or(100);
+    if !(0..=1000).contains(&limit) {
+        return Err(ApiError::invalid(
+            "items_limit",
+            "must be between 0 and 1000",
+        ));
+    }
+    let job = job_or_404(&app, &id).await?;
+    let items = if limit == 0 {
+        Vec::new()
+    } else {
+        app.store
+            .replay_job_items(&id, q.items_after.unwrap_or(0), limit)
+            .await?
+    };
+    Ok(Json(JobDetail {
+        job: job.into(),
+        items,
+    }))
+}
+
+async fn set_state(app: &AppState, id: &str, stop: bool, actor: &str) -> Result<Json<JobView>> {
+    job_or_404(app, id).await?;
+    let job = app
+        .store
+        .set_replay_job_state(id, stop, actor)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no replay job {id}")))?;
+    let wanted = if stop {
+        JobState::Stopped
+    } else {
+        JobState::Running
+    };
+    if job.state != wanted {
+        return Err(ApiError::Refused {
+            slug: "job-completed",
+            detail: format!("replay job {id} is {}", job.state),
+            state: Some(job.state.to_string()),
+        });
+    }
+    tracing::info!(job = %id, state = %job.state, by = actor, "replay job state changed");
+    Ok(Json(job.into()))
+}
+
+/// Stops a running job between items; items already worked stay worked.
+#[utoipa::path(post, path = "/v1/replay-jobs/{id}/stop", tag = "dead letters",
+    params(("id" = String, Path, description = "Job id")), security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Stopped", body = JobView),
+        (status = 404, description = "No such job", body = super::super::Problem),
+        (status = 409, description = "The job is completed", body = super::super::Problem),
+    ))]
+pub(in crate::api) async fn stop(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>> {
+    set_state(&app, &id, true, &caller.subject).await
+}
+
+/// Resumes a stopped job: its pending items are worked, none twice.
+#[utoipa::path(post, path = "/v1/replay-jobs/{id}/resume", tag = "dead letters",
+    params(("id" = String, Path, description = "Job id")), security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Running again", body = JobView),
+        (status = 404, description = "No such job", body = super::super::Problem),
+        (status = 409, description = "The job is completed", body = super::super::Problem),
+    ))]
+pub(in crate::api) async fn resume(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>> {
+    set_state(&app, &id, false, &caller.subject).await
+}

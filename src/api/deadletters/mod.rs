@@ -1,0 +1,350 @@
+//! Dead letters over HTTP (operator scope): list with filters and a keyset
+//! cursor, show one with its evidence and the run's timeline, and the
+//! operator's commands ([`actions`]); bulk replay jobs ([`jobs`]); and the
+//! workflow's failure report by execution ref ([`fail`], workflow scope).
+
+use axum::extract::{Path, Query, State};
+use axum::routing::{get, post};
+use axum::{middleware, Json, Router};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::effects::EffectView;
+use super::error::{ApiError, Result};
+use super::runs::RunView;
+use super::{auth, AppState};
+use crate::clock::{to_datetime, Millis};
+use crate::deadletter::{Cursor, DeadLetterFilter, Refusal, RunLink};
+use crate::ledger::{IdempotencyKey, Namespace};
+
+pub(super) mod actions;
+pub(super) mod fail;
+pub(super) mod jobs;
+pub(super) mod plan;
+mod view;
+
+pub use view::DeadLetterView;
+
+pub(super) fn router(state: AppState) -> Router<AppState> {
+    let operator = Router::new()
+        .route("/v1/dead-letters", get(list))
+        .route("/v1/dead-letters/{id}", get(show))
+        .route("/v1/dead-letters/{id}/resolve", post(actions::resolve))
+        .route("/v1/dead-letters/{id}/replay", post(actions::replay))
+        .route("/v1/dead-letters/{id}/replace", post(actions::replace))
+        .route("/v1/dead-letters/{id}/assign", post(actions::assign))
+        .route("/v1/runs/links", get(actions::links))
+        .merge(jobs::routes())
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::operator_or_admin,
+        ));
+    let workflow = Router::new()
+        .route("/v1/runs/fail-by-execution", post(fail::fail_by_execution))
+        .route_layer(middleware::from_fn_with_state(state, auth::workflow));
+    operator.merge(workflow)
+}
+
+/// Parses an age such as `90s`, `15m`, `2h` or `7d` into milliseconds.
+///
+/// # Errors
+/// [`ApiError::Invalid`] naming `field`.
+pub(super) fn parse_age(field: &str, text: &str) -> Result<Millis> {
+    let bad = || ApiError::invalid(field, "an age is a number and a unit: 90s, 15m, 2h or 7d");
+    let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (n, unit) = text.split_at(split);
+    let n: i64 = n.parse().map_err(|_| bad())?;
+    let ms = match unit {
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(ms).ok_or_else(bad)
+}
+
+/// Maps a store refusal to its problem.
+pub(super) fn refused(refusal: Refusal) -> ApiError {
+    let detail = refusal.describe();
+    let (slug, state) = match refusal {
+        Refusal::NotFound => return ApiError::NotFound(detail),
+        Refusal::AlreadyResolved(_) => ("already-resolved", None),
+        Refusal::RunNotDeadLettered(state) => {
+            ("run-not-dead-lettered", state.map(|s| s.to_string()))
+        }
+        Refusal::NothingToReplay => ("nothing-to-replay", None),
+        Refusal::KeyTaken(state) => ("key-taken", Some(state.to_string())),
+        Refusal::JobNotRunning | Refusal::ItemDone => ("job-not-running", None),
+    };
+    ApiError::Refused {
+        slug,
+        detail,
+        state,
+    }
+}
+
+/// `GET /v1/dead-letters` query.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// Only this class.
+    pub class: Option<String>,
+    /// Only this namespace.
+    pub namespace: Option<String>,
+    /// Only runs now in this state.
+    pub state: Option<String>,
+    /// `false` (default): open only; `true`: resolved only; `any`: both.
+    pub resolved: Option<String>,
+    /// Only records at least this old (`90s`, `15m`, `2h`, `7d`).
+    pub older_than: Option<String>,
+    /// Only records at most this old.
+    pub newer_than: Option<String>,
+    /// The `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+    /// Page size, 1–500 (default 50).
+    pub limit: Option<i64>,
+}
+
+impl ListQuery {
+    /// The store filter for this query at time `now`.
+    ///
+    /// # Errors
+    /// [`ApiError::Invalid`] naming the bad parameter.
+    pub fn into_filter(self, now: Millis) -> Result<DeadLetterFilter> {
+        let limit = self.limit.unwrap_or(50);
+        if !(1..=500).contains(&limit) {
+            return Err(ApiError::invalid("limit", "must be between 1 and 500"));
+        }
+        let resolved = match self.resolved.as_deref() {
+            None | Some("false") => Some(false),
+            Some("true") => Some(true),
+            Some("any") => None,
+            Some(_) => return Err(ApiError::invalid("resolved", "must be true, false or any")),
+        };
+        Ok(DeadLetterFilter {
+            class: self
+                .class
+                .map(|c| c.parse())
+                .transpose()
+                .map_err(|e: String| ApiError::invalid("class", e))?,
+            namespace: self
+                .namespace
+                .map(Namespace::parse)
+                .transpose()?
+                .map(|n| n.to_string()),
+            state: self.state.map(|s| s.parse()).transpose().map_err(
+                |e: crate::ledger::state::UnknownState| ApiError::invalid("state", e.to_string()),
+            )?,
+            resolved,
+            created_before: self
+                .older_than
+                .map(|a| parse_age("older_than", &a).map(|ms| now - ms))
+                .transpose()?,
+            created_after: self
+                .newer_than
+                .map(|a| parse_age("newer_than", &a).map(|ms| now - ms))
+                .transpose()?,
+            after: self
+                .cursor
+                .map(|c| Cursor::decode(&c))
+                .transpose()
+                .map_err(|e| ApiError::invalid("cursor", e))?,
+            limit,
+        })
+    }
+}
+
+/// A page of dead letters.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeadLetterPage {
+    /// The records, oldest first.
+    pub items: Vec<DeadLetterView>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// Lists dead letters, oldest first (open ones unless `resolved` says otherwise).
+#[utoipa::path(get, path = "/v1/dead-letters", tag = "dead letters", params(ListQuery),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "A page of dead letters", body = DeadLetterPage),
+        (status = 400, description = "A bad filter", body = super::Problem),
+    ))]
+pub(super) async fn list(
+    State(app): State<AppState>,
+    query: std::result::Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<DeadLetterPage>> {
+    let Query(q) = query.map_err(|e| ApiError::Invalid {
+        field: None,
+        detail: e.body_text(),
+    })?;
+    let now = app.clock.now_ms();
+    let filter = q.into_filter(now)?;
+    let limit = filter.limit;
+    let found = app.store.dead_letters(&filter).await?;
+    let next_cursor = (found.len() as i64 == limit)
+        .then(|| {
+            found.last().map(|d| {
+                Cursor {
+                    created_at: d.created_at,
+                    id: d.id.clone(),
+                }
+                .encode()
+            })
+        })
+        .flatten();
+    let config = &app.config.dead_letters;
+    let items = found
+        .into_iter()
+        .map(|d| DeadLetterView::summary(d, config, now))
+        .collect();
+    Ok(Json(DeadLetterPage { items, next_cursor }))
+}
+
+/// A raw delivery as shown with its dead letter (never the body).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RawEventView {
+    /// Stable id.
+    pub id: String,
+    /// `accepted` or `quarantined`.
+    pub status: String,
+    /// Provider event type.
+    pub event_type: Option<String>,
+    /// SHA-256 of the body.
+    pub payload_hash: String,
+    /// Content type.
+    pub content_type: Option<String>,
+    /// Size of the stored body in bytes.
+    pub body_bytes: usize,
+    /// When it arrived (RFC 3339).
+    pub received_at: String,
+}
+
+/// One dead letter with its evidence, the run, its effects and timeline.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeadLetterDetail {
+    /// The record with its evidence.
+    pub dead_letter: DeadLetterView,
+    /// The run now.
+    pub run: Option<RunView>,
+    /// The run's effects with their attempt history now.
+    pub effects: Vec<EffectView>,
+    /// The run's audit trail, in chain order.
+    #[schema(value_type = Vec<Object>)]
+    pub timeline: Vec<crate::audit::AuditRecord>,
+    /// Replacement links from or to the run.
+    #[schema(value_type = Vec<Object>)]
+    pub links: Vec<RunLink>,
+    /// The stored delivery it is about, if any.
+    pub raw_event: Option<RawEventView>,
+}
+
+/// Shows one dead letter with its evidence, attempts and the run's timeline.
+#[utoipa::path(get, path = "/v1/dead-letters/{id}", tag = "dead letters",
+    params(("id" = String, Path, description = "Dead letter id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The dead letter", body = DeadLetterDetail),
+        (status = 404, description = "No such dead letter", body = super::Problem),
+    ))]
+pub(super) async fn show(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<DeadLetterDetail>> {
+    let dl = app
+        .store
+        .dead_letter(&id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no dead letter {id}")))?;
+    let corrupt = |e: crate::ledger::InvalidId| ApiError::Internal(Box::new(e));
+    let ns = Namespace::parse(dl.namespace.clone()).map_err(corrupt)?;
+    let key = IdempotencyKey::parse(dl.key.clone()).map_err(corrupt)?;
+    let run = app.store.get_run(&ns, &key).await?;
+    let mut effects = Vec::new();
+    for effect in app.store.effects_of(&ns, &key).await? {
+        let history = app.store.attempts(&effect.id).await?;
+        effects.push(EffectView {
+            history,
+            ..EffectView::from(effect)
+        });
+    }
+    let raw_event = match &dl.raw_event_id {
+        Some(raw) => app.store.raw_event(raw).await?.map(|e| RawEventView {
+            id: e.id,
+            status: e.status.as_str().to_owned(),
+            event_type: e.event_type,
+            payload_hash: e.payload_hash.to_string(),
+            content_type: e.content_type,
+            body_bytes: e.body.len(),
+            received_at: to_datetime(e.received_at).to_rfc3339(),
+        }),
+        None => None,
+    };
+    Ok(Json(DeadLetterDetail {
+        timeline: app.store.audit_trail(&ns, &key).await?,
+        links: app.store.run_links(ns.as_str(), key.as_str()).await?,
+        run: run.map(RunView::from),
+        effects,
+        raw_event,
+        dead_letter: DeadLetterView::full(dl, &app.config.dead_letters, app.clock.now_ms()),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_parse_with_units_only() {
+        assert_eq!(parse_age("a", "90s").unwrap(), 90_000);
+        assert_eq!(parse_age("a", "2h").unwrap(), 7_200_000);
+        assert_eq!(parse_age("a", "7d").unwrap(), 7 * 86_400_000);
+        for bad in ["", "h", "10", "5w", "-1h", "1.5h"] {
+            assert!(parse_age("a", bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn list_query_checks_each_parameter() {
+        let q = |f: fn(&mut ListQuery)| {
+            let mut q = ListQuery {
+                class: None,
+                namespace: None,
+                state: None,
+                resolved: None,
+                older_than: None,
+                newer_than: None,
+                cursor: None,
+                limit: None,
+            };
+            f(&mut q);
+            q.into_filter(1_000_000)
+        };
+        let f = q(|_| {}).unwrap();
+        assert_eq!((f.resolved, f.limit), (Some(false), 50));
+        let field = |e: ApiError| match e {
+            ApiError::Invalid { field, .. } => field.unwrap(),
+            _ => panic!(),
+        };
+        assert_eq!(
+            field(q(|q| q.class = Some("x".into())).unwrap_err()),
+            "class"
+        );
+        assert_eq!(
+            field(q(|q| q.state = Some("x".into())).unwrap_err()),
+            "state"
+        );
+        assert_eq!(field(q(|q| q.limit = Some(0)).unwrap_err()), "limit");
+        assert_eq!(
+            field(q(|q| q.cursor = Some("??".into())).unwrap_err()),
+            "cursor"
+        );
+        assert_eq!(
+            q(|q| q.older_than = Some("1s".into()))
+                .unwrap()
+                .created_before,
+            Some(999_000)
+        );
+    }
+}

@@ -1,0 +1,352 @@
+//! `oncegate dlq …`: the dead-letter console. It talks to the running
+//! server's HTTP API (base URL and operator token from flags or
+//! `ONCEGATE_URL` / `ONCEGATE_TOKEN`), so every command is authenticated,
+//! audited with the token's subject, and goes through the same checks as
+//! any other client; bulk jobs run inside the server, and this command only
+//! creates, watches, stops and resumes them.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::{json, Value};
+
+use crate::config::Config;
+
+/// `oncegate dlq …`.
+#[derive(Debug, Args)]
+pub struct DlqArgs {
+    /// Base URL of the running server (default: `http://` + `server.listen`).
+    #[arg(long, env = "ONCEGATE_URL", global = true)]
+    pub url: Option<String>,
+    /// An operator token. Prefer `ONCEGATE_TOKEN`: arguments show in process lists.
+    #[arg(long, env = "ONCEGATE_TOKEN", global = true, hide_env_values = true)]
+    pub token: Option<String>,
+    /// Print the server's JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: DlqCommand,
+}
+
+/// How a dead letter is resolved.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ResolveAs {
+    /// Nothing more is done.
+    Reject,
+    /// Handled by hand (the effect happened, or was undone).
+    Compensated,
+}
+
+/// Which dead letters (list and bulk filters).
+#[derive(Debug, Clone, Default, Args)]
+pub struct FilterArgs {
+    /// Class (permanent, retry_exhausted, unknown_outcome, payload_conflict, approval_expired, workflow_error).
+    #[arg(long)]
+    pub class: Option<String>,
+    /// Namespace (source or tenant).
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// The run's current state.
+    #[arg(long)]
+    pub state: Option<String>,
+    /// At least this old: 90s, 15m, 2h, 7d.
+    #[arg(long)]
+    pub older_than: Option<String>,
+    /// At most this old.
+    #[arg(long)]
+    pub newer_than: Option<String>,
+}
+
+/// The dead-letter commands.
+#[derive(Debug, Subcommand)]
+pub enum DlqCommand {
+    /// List dead letters, oldest first (open ones by default).
+    List {
+        /// Filters.
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// `false` (open), `true` (resolved) or `any`.
+        #[arg(long, default_value = "false")]
+        resolved: String,
+        /// Page size.
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+        /// Continue after a previous page.
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// Show one dead letter with its evidence, effects and timeline.
+    Show {
+        /// Dead letter id.
+        id: String,
+    },
+    /// Resolve: the run ends failed_terminal with your note.
+    Resolve {
+        /// Dead letter id.
+        id: String,
+        /// reject or compensated.
+        #[arg(long = "as", value_enum)]
+        resolution: ResolveAs,
+        /// Why (required).
+        #[arg(long)]
+        note: String,
+    },
+    /// Replay: the same effects under the same idempotency keys.
+    Replay {
+        /// Dead letter id.
+        id: String,
+        /// Why (required).
+        #[arg(long)]
+        reason: String,
+    },
+    /// Replace with a new event under a new upstream key, linked to the original.
+    Replace {
+        /// Dead letter id.
+        id: String,
+        /// The new upstream-issued key.
+        #[arg(long)]
+        key: String,
+        /// Why (required).
+        #[arg(long)]
+        reason: String,
+    },
+    /// Bulk replay: a dry run by default; --execute starts a rate-limited job.
+    Bulk {
+        /// Dead letter ids (repeatable); or use the filters.
+        #[arg(long = "id")]
+        ids: Vec<String>,
+        /// Filters, frozen into ids when the job is created.
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Why (required with --execute).
+        #[arg(long)]
+        reason: Option<String>,
+        /// Create and start the job (after showing the dry run).
+        #[arg(long)]
+        execute: bool,
+        /// Items per second (required with --execute).
+        #[arg(long)]
+        rate: Option<i64>,
+        /// Return once the job is created instead of showing its progress.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Bulk replay jobs.
+    Jobs {
+        /// The jobs command.
+        #[command(subcommand)]
+        command: JobsCommand,
+    },
+}
+
+/// `oncegate dlq jobs …`.
+#[derive(Debug, Subcommand)]
+pub enum JobsCommand {
+    /// List jobs, newest first.
+    List,
+    /// Show a job's progress and items.
+    Show {
+        /// Job id.
+        id: String,
+        /// Follow its progress until it stops.
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Stop a job between items.
+    Stop {
+        /// Job id.
+        id: String,
+    },
+    /// Resume a stopped job.
+    Resume {
+        /// Job id.
+        id: String,
+        /// Follow its progress until it stops.
+        #[arg(long)]
+        watch: bool,
+    },
+}
+
+/// The server's HTTP API as an operator sees it.
+pub(super) struct Client {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+impl Client {
+    fn new(args: &DlqArgs, config: &Config) -> Result<Self> {
+        let token = args
+            .token
+            .clone()
+            .context("an operator token is required: set ONCEGATE_TOKEN (or --token)")?;
+        let base = args.url.clone().unwrap_or_else(|| {
+            let listen = config.server.listen;
+            let host = if listen.ip().is_unspecified() {
+                "127.0.0.1".to_owned()
+            } else {
+                listen.ip().to_string()
+            };
+            format!("http://{host}:{}", listen.port())
+        });
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .context("building the HTTP client")?;
+        Ok(Self {
+            base: base.trim_end_matches('/').to_owned(),
+            token,
+            http,
+        })
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<Value> {
+        let resp = req
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .with_context(|| format!("reaching {}", self.base))?;
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        if !status.is_success() {
+            let detail = body["detail"].as_str().unwrap_or("no detail");
+            let kind = body["type"].as_str().unwrap_or("");
+            bail!("{status}: {detail} ({kind})");
+        }
+        Ok(body)
+    }
+
+    pub(super) async fn get(&self, path: &str, query: &[(&str, String)]) -> Result<Value> {
+        self.send(self.http.get(format!("{}{path}", self.base)).query(query))
+            .await
+    }
+
+    pub(super) async fn post(&self, path: &str, body: &Value) -> Result<Value> {
+        self.send(self.http.post(format!("{}{path}", self.base)).json(body))
+            .await
+    }
+}
+
+pub(super) fn filter_query(f: &FilterArgs) -> Vec<(&'static str, String)> {
+    [
+        ("class", &f.class),
+        ("namespace", &f.namespace),
+        ("state", &f.state),
+        ("older_than", &f.older_than),
+        ("newer_than", &f.newer_than),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| v.clone().map(|v| (k, v)))
+    .collect()
+}
+
+pub(super) fn text(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Runs a `dlq` command.
+///
+/// # Errors
+/// The server could not be reached or refused the command (its problem
+/// detail is shown).
+pub async fn run(args: DlqArgs, config: &Config) -> Result<()> {
+    let client = Client::new(&args, config)?;
+    let json_out = args.json;
+    let out = match args.command {
+        DlqCommand::List {
+            filter,
+            resolved,
+            limit,
+            cursor,
+        } => {
+            let mut q = filter_query(&filter);
+            q.push(("resolved", resolved));
+            q.push(("limit", limit.to_string()));
+            if let Some(c) = cursor {
+                q.push(("cursor", c));
+            }
+            let page = client.get("/v1/dead-letters", &q).await?;
+            if !json_out {
+                super::dlq_show::print_list(&page);
+                return Ok(());
+            }
+            page
+        }
+        DlqCommand::Show { id } => {
+            let detail = client.get(&format!("/v1/dead-letters/{id}"), &[]).await?;
+            if !json_out {
+                super::dlq_show::print_show(&detail);
+                return Ok(());
+            }
+            detail
+        }
+        DlqCommand::Resolve {
+            id,
+            resolution,
+            note,
+        } => {
+            let resolution = match resolution {
+                ResolveAs::Reject => "reject",
+                ResolveAs::Compensated => "compensated",
+            };
+            let done = client
+                .post(
+                    &format!("/v1/dead-letters/{id}/resolve"),
+                    &json!({ "resolution": resolution, "note": note }),
+                )
+                .await?;
+            super::dlq_show::action_line(&done, json_out, "resolved")
+        }
+        DlqCommand::Replay { id, reason } => {
+            let done = client
+                .post(
+                    &format!("/v1/dead-letters/{id}/replay"),
+                    &json!({ "reason": reason }),
+                )
+                .await?;
+            super::dlq_show::action_line(&done, json_out, "replayed")
+        }
+        DlqCommand::Replace { id, key, reason } => {
+            let done = client
+                .post(
+                    &format!("/v1/dead-letters/{id}/replace"),
+                    &json!({ "key": key, "reason": reason }),
+                )
+                .await?;
+            super::dlq_show::action_line(&done, json_out, "replaced")
+        }
+        DlqCommand::Bulk {
+            ids,
+            filter,
+            reason,
+            execute,
+            rate,
+            no_wait,
+        } => {
+            return super::dlq_jobs::bulk(
+                &client,
+                super::dlq_jobs::BulkArgs {
+                    ids,
+                    filter,
+                    reason,
+                    execute,
+                    rate,
+                    no_wait,
+                    json: json_out,
+                },
+            )
+            .await;
+        }
+        DlqCommand::Jobs { command } => {
+            return super::dlq_jobs::run(&client, command, json_out).await
+        }
+    };
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(())
+}

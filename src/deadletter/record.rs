@@ -1,0 +1,187 @@
+//! A dead-letter record as stored, what a caller supplies to write one, and
+//! the operator's list filter with its keyset cursor.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use serde_json::Value;
+
+use super::{DeadLetterClass, Resolution};
+use crate::clock::Millis;
+use crate::ledger::RunState;
+
+/// What the caller of the store-level record helper supplies; the rest of
+/// the record (ids, versions, payload reference, attempt history, ledger
+/// state) is read from the run inside the same transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetterInput {
+    /// Why automatic work stopped.
+    pub class: DeadLetterClass,
+    /// The error in words (sanitised, no secrets).
+    pub error: String,
+    /// The last evidence: a target's answer (status, selected headers,
+    /// truncated body), a workflow's report, or the conflicting hashes.
+    /// `None` takes the last recorded attempt of the run's effects.
+    pub evidence: Option<Value>,
+    /// Extra detail for the record (also kept in the 0002 `detail` column).
+    pub detail: Value,
+    /// The raw delivery this is about, when one is stored.
+    pub raw_event_id: Option<String>,
+}
+
+impl DeadLetterInput {
+    /// An input of `class` with an error text and no explicit evidence.
+    pub fn new(class: DeadLetterClass, error: impl Into<String>, detail: Value) -> Self {
+        Self {
+            class,
+            error: error.into(),
+            evidence: None,
+            detail,
+            raw_event_id: None,
+        }
+    }
+}
+
+/// One dead letter with the run's current state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetter {
+    /// Stable id (UUID v7).
+    pub id: String,
+    /// The run's namespace.
+    pub namespace: String,
+    /// The run's key.
+    pub key: String,
+    /// The normalised error class.
+    pub class: DeadLetterClass,
+    /// The component that gave up (`ingress`, `dispatcher`, …).
+    pub component: String,
+    /// The upstream event id (the run's key; the provider's event id for ingress runs).
+    pub event_id: Option<String>,
+    /// The run's correlation id.
+    pub correlation_id: Option<String>,
+    /// The run's declared operation.
+    pub operation: Option<String>,
+    /// The workflow version that claimed the run.
+    pub workflow_version: Option<String>,
+    /// The schema version of the run's validated output, when one was recorded.
+    pub schema_version: Option<String>,
+    /// Where the payload is: `raw_event:<id>`, or the run's source URL.
+    pub payload_ref: Option<String>,
+    /// The payload's hash (`sha256:…`); the body itself is never copied here.
+    pub payload_hash: Option<String>,
+    /// The stored raw delivery (quarantined or accepted), if any.
+    pub raw_event_id: Option<String>,
+    /// The error in words.
+    pub error: Option<String>,
+    /// Extra detail given when it was recorded.
+    pub detail: Value,
+    /// Each effect with its attempts, as they were when it was recorded.
+    pub attempts: Value,
+    /// The last target evidence (status, selected headers, truncated body).
+    pub last_evidence: Option<Value>,
+    /// The run's state when it was recorded.
+    pub run_state: Option<String>,
+    /// The run's state now (`None` if the run no longer exists).
+    pub current_state: Option<RunState>,
+    /// What an operator should do next.
+    pub next_action: Option<String>,
+    /// The dead letter this run had before its last replay.
+    pub previous_id: Option<String>,
+    /// Who is responsible, when assigned.
+    pub owner: Option<String>,
+    /// When a resolved record may be archived and removed.
+    pub retain_until: Option<Millis>,
+    /// How often the run was replayed before (and including) this record.
+    pub replay_count: i64,
+    /// When it was recorded.
+    pub created_at: Millis,
+    /// When an operator ended it.
+    pub resolved_at: Option<Millis>,
+    /// How it ended.
+    pub resolution: Option<Resolution>,
+    /// Who ended it.
+    pub resolved_by: Option<String>,
+    /// The operator's note or reason.
+    pub resolution_note: Option<String>,
+    /// The replacement run, when it was replaced: (namespace, key).
+    pub replaced_by: Option<(String, String)>,
+}
+
+impl DeadLetter {
+    /// Whether an operator still has to decide.
+    pub fn is_open(&self) -> bool {
+        self.resolved_at.is_none()
+    }
+}
+
+/// Where a page of the list ends: the last record's creation time and id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    /// `created_at` of the last record shown.
+    pub created_at: Millis,
+    /// Its id (ties on `created_at` are ordered by id).
+    pub id: String,
+}
+
+impl Cursor {
+    /// The opaque form handed to clients.
+    pub fn encode(&self) -> String {
+        URL_SAFE_NO_PAD.encode(format!("{}:{}", self.created_at, self.id))
+    }
+
+    /// Parses a cursor a client handed back.
+    ///
+    /// # Errors
+    /// A message when it is not one this service made.
+    pub fn decode(text: &str) -> Result<Self, String> {
+        let bad = || "the cursor is not one this service returned".to_owned();
+        let raw = URL_SAFE_NO_PAD.decode(text).map_err(|_| bad())?;
+        let raw = String::from_utf8(raw).map_err(|_| bad())?;
+        let (at, id) = raw.split_once(':').ok_or_else(bad)?;
+        let created_at = at.parse().map_err(|_| bad())?;
+        if id.is_empty() || id.len() > 64 {
+            return Err(bad());
+        }
+        Ok(Self {
+            created_at,
+            id: id.to_owned(),
+        })
+    }
+}
+
+/// Which dead letters to list, oldest first.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeadLetterFilter {
+    /// Only this class.
+    pub class: Option<DeadLetterClass>,
+    /// Only this namespace (source or tenant).
+    pub namespace: Option<String>,
+    /// Only runs currently in this state.
+    pub state: Option<RunState>,
+    /// `Some(false)`: open only; `Some(true)`: resolved only; `None`: both.
+    pub resolved: Option<bool>,
+    /// Only records created at or before this time (an age filter).
+    pub created_before: Option<Millis>,
+    /// Only records created at or after this time.
+    pub created_after: Option<Millis>,
+    /// Continue after this record.
+    pub after: Option<Cursor>,
+    /// At most this many.
+    pub limit: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_refuse_junk() {
+        let c = Cursor {
+            created_at: 1_700_000_000_000,
+            id: "0190-abc".into(),
+        };
+        assert_eq!(Cursor::decode(&c.encode()).unwrap(), c);
+        assert!(Cursor::decode("not base64!").is_err());
+        assert!(Cursor::decode(&URL_SAFE_NO_PAD.encode("x:y")).is_err());
+        assert!(Cursor::decode(&URL_SAFE_NO_PAD.encode("12:")).is_err());
+    }
+}

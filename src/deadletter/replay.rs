@@ -1,0 +1,278 @@
+//! Replay and replacement as one operator command, shared by the API and
+//! the bulk job runner: the gate check (a gated operation goes through
+//! [`replay_gated`]), the re-keying of a replacement's effects, and the
+//! store call that does the rest in one transaction.
+
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+
+use super::commands::{ActionOutcome, JobItemRef, ReplaceCommand, ReplayCommand};
+use super::record::DeadLetter;
+use super::{DeadLetterClass, Refusal};
+use crate::config::Config;
+use crate::ingress::{RawEvent, RawStatus, FORWARD_OPERATION};
+use crate::ledger::{IdempotencyKey, Namespace, RunMetadata};
+use crate::outbox::{default_idempotency_key, Effect, GatePolicy, NewEffect};
+use crate::store::{SharedStore, StoreError};
+
+/// What a replay needs besides the command.
+#[derive(Debug, Clone)]
+pub struct ReplayContext {
+    /// The store.
+    pub store: SharedStore,
+    /// The configuration (operations and their gates, retention).
+    pub config: Arc<Config>,
+    /// Wakes the dispatcher when effects are re-queued.
+    pub wake: Arc<Notify>,
+}
+
+/// A replay or replacement of a gated operation: it must go
+/// `dead_lettered → awaiting_human` with a new approval challenge.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "operation {operation:?} is gated ({gate}): replaying dead letter {dead_letter_id} needs a new \
+     approval challenge, which this build cannot create yet; nothing was changed"
+)]
+pub struct ReplayRequiresApproval {
+    /// The dead letter.
+    pub dead_letter_id: String,
+    /// The gated operation.
+    pub operation: String,
+    /// Its gate policy.
+    pub gate: &'static str,
+}
+
+/// Why a replay or replacement did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// The store refused it (not found, already resolved, run moved on…).
+    #[error("{}", .0.describe())]
+    Refused(Refusal),
+    /// The operation is gated: a new approval is needed.
+    #[error(transparent)]
+    RequiresApproval(#[from] ReplayRequiresApproval),
+    /// The run or its effects name an operation the config no longer declares.
+    #[error("operation {0:?} is no longer declared in the config; declare it or resolve the dead letter")]
+    UndeclaredOperation(String),
+    /// A replacement needs effects to carry over, and the run has none.
+    #[error("the run queued no effect, so there is nothing to replace: replay it so the workflow re-runs under the same key, or resolve it")]
+    NothingToReplace,
+    /// The store failed.
+    #[error("store failure")]
+    Store(#[from] StoreError),
+}
+
+/// The gated branch of a replay or replacement (DESIGN.md §7: "goes
+/// through the gate again when the operation is gated"): the run must move
+/// `dead_lettered → awaiting_human` with a new challenge, created in the
+/// same transaction.
+///
+/// Approval challenges belong to the approval module (issue 5); until it
+/// provides challenge creation, this refuses with
+/// [`ReplayRequiresApproval`] and changes nothing. It is the one place the
+/// approval module hooks into.
+///
+/// # Errors
+/// [`ReplayError::RequiresApproval`], always, for now.
+pub async fn replay_gated(
+    _ctx: &ReplayContext,
+    dead_letter: &DeadLetter,
+    gate: (&str, GatePolicy),
+    _actor: &str,
+    _reason: &str,
+    _job_item: Option<&JobItemRef>,
+    _replacement: Option<&ReplaceCommand>,
+) -> Result<ActionOutcome, ReplayError> {
+    Err(ReplayRequiresApproval {
+        dead_letter_id: dead_letter.id.clone(),
+        operation: gate.0.to_owned(),
+        gate: gate.1.as_str(),
+    }
+    .into())
+}
+
+/// The gated operation among the run's and its effects', if any.
+///
+/// # Errors
+/// [`ReplayError::UndeclaredOperation`] for an effect whose operation is gone.
+pub fn gate_of(
+    config: &Config,
+    dl: &DeadLetter,
+    effects: &[Effect],
+) -> Result<Option<(String, GatePolicy)>, ReplayError> {
+    let gated = |name: &str| {
+        config
+            .operation(name)
+            .and_then(|op| op.gate())
+            .filter(|g| *g != GatePolicy::None)
+    };
+    if dl.class == DeadLetterClass::ApprovalExpired {
+        let op = dl.operation.clone().unwrap_or_else(|| "unknown".into());
+        let gate = gated(&op).unwrap_or(GatePolicy::ApproveBeforeAct);
+        return Ok(Some((op, gate)));
+    }
+    for effect in effects {
+        let op = &effect.new.operation;
+        if op == FORWARD_OPERATION {
+            continue;
+        }
+        if config.operation(op).is_none() {
+            return Err(ReplayError::UndeclaredOperation(op.clone()));
+        }
+        if let Some(gate) = gated(op) {
+            return Ok(Some((op.clone(), gate)));
+        }
+    }
+    let run_gate = dl
+        .operation
+        .as_deref()
+        .and_then(|op| gated(op).map(|g| (op.to_owned(), g)));
+    Ok(run_gate)
+}
+
+async fn open_record(ctx: &ReplayContext, id: &str) -> Result<Option<DeadLetter>, ReplayError> {
+    Ok(ctx.store.dead_letter(id).await?.filter(DeadLetter::is_open))
+}
+
+/// Replays one dead letter: the gate decides between [`replay_gated`] and
+/// the store's ungated replay (same effects, same keys).
+///
+/// # Errors
+/// [`ReplayError`]; a refusal of the store comes back as `Ok(Refused)`.
+pub async fn replay_one(
+    ctx: &ReplayContext,
+    cmd: ReplayCommand,
+) -> Result<ActionOutcome, ReplayError> {
+    if let Some(dl) = open_record(ctx, &cmd.id).await? {
+        let (ns, key) = (
+            Namespace::parse(dl.namespace.clone()),
+            IdempotencyKey::parse(dl.key.clone()),
+        );
+        if let (Ok(ns), Ok(key), true) = (ns, key, dl.class.stops_run()) {
+            let effects = ctx.store.effects_of(&ns, &key).await?;
+            if let Some((op, gate)) = gate_of(&ctx.config, &dl, &effects)? {
+                let item = cmd.job_item.as_ref();
+                return replay_gated(ctx, &dl, (&op, gate), &cmd.actor, &cmd.reason, item, None)
+                    .await;
+            }
+        }
+    }
+    let outcome = ctx.store.replay_dead_letter(&cmd).await?;
+    if matches!(outcome, ActionOutcome::Done { effects, .. } if effects > 0) {
+        ctx.wake.notify_one();
+    }
+    Ok(outcome)
+}
+
+/// Replaces one dead letter with a new event under `new_key` (supplied by
+/// the operator from the upstream system; never derived here): the same
+/// intended effects, keyed for the new key by their operations' templates,
+/// and for an ingress event the stored delivery (the quarantined body, for
+/// a payload conflict) under the new event id.
+///
+/// # Errors
+/// [`ReplayError`]; a refusal of the store comes back as `Ok(Refused)`.
+pub async fn replace_one(
+    ctx: &ReplayContext,
+    id: &str,
+    new_key: IdempotencyKey,
+    actor: &str,
+    reason: &str,
+) -> Result<ActionOutcome, ReplayError> {
+    let Some(dl) = ctx.store.dead_letter(id).await? else {
+        return Err(ReplayError::Refused(Refusal::NotFound));
+    };
+    if let Some(resolution) = dl.resolution {
+        return Err(ReplayError::Refused(Refusal::AlreadyResolved(resolution)));
+    }
+    let corrupt = |e: crate::ledger::InvalidId| StoreError::Corrupt(e.to_string());
+    let ns = Namespace::parse(dl.namespace.clone()).map_err(corrupt)?;
+    let key = IdempotencyKey::parse(dl.key.clone()).map_err(corrupt)?;
+    let run = ctx.store.get_run(&ns, &key).await?;
+    let effects = ctx.store.effects_of(&ns, &key).await?;
+    if effects.is_empty() {
+        return Err(ReplayError::NothingToReplace);
+    }
+    let raw = match &dl.raw_event_id {
+        Some(raw_id) => ctx.store.raw_event(raw_id).await?,
+        None => None,
+    };
+    let now = chrono::Utc::now().timestamp_millis();
+    let new_effects = effects
+        .iter()
+        .map(|e| {
+            rekey(
+                &ctx.config,
+                e,
+                &dl.namespace,
+                new_key.as_str(),
+                raw.as_ref(),
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let payload_hash = match (&raw, &run) {
+        (Some(raw), _) => raw.payload_hash.clone(),
+        (None, Some(run)) => run.payload_hash.clone(),
+        (None, None) => return Err(ReplayError::Refused(Refusal::RunNotDeadLettered(None))),
+    };
+    let metadata = run.as_ref().map(|r| RunMetadata {
+        correlation_id: None,
+        execution_ref: None,
+        ..r.metadata.clone()
+    });
+    let raw_event = raw.map(|raw| RawEvent {
+        id: uuid::Uuid::now_v7().to_string(),
+        event_id: new_key.to_string(),
+        status: RawStatus::Accepted,
+        received_at: now,
+        ..raw
+    });
+    let cmd = ReplaceCommand {
+        id: dl.id.clone(),
+        actor: actor.to_owned(),
+        reason: reason.to_owned(),
+        retain_ms: ctx.config.dead_letters.retain_ms(),
+        new_key,
+        payload_hash,
+        metadata: metadata.unwrap_or_default(),
+        effects: new_effects,
+        raw_event,
+    };
+    if let Some((op, gate)) = gate_of(&ctx.config, &dl, &effects)? {
+        return replay_gated(ctx, &dl, (&op, gate), actor, reason, None, Some(&cmd)).await;
+    }
+    let outcome = ctx.store.replace_dead_letter(&cmd).await?;
+    if matches!(outcome, ActionOutcome::Done { .. }) {
+        ctx.wake.notify_one();
+    }
+    Ok(outcome)
+}
+
+/// The replacement of one effect: same target, method, URL and body, the
+/// key its operation gives the new run key; an ingress forward carries the
+/// stored delivery's body and the new event id.
+fn rekey(
+    config: &Config,
+    effect: &Effect,
+    namespace: &str,
+    new_key: &str,
+    raw: Option<&RawEvent>,
+) -> Result<NewEffect, ReplayError> {
+    let mut new = effect.new.clone();
+    new.not_before = None;
+    if new.operation == FORWARD_OPERATION {
+        new.idempotency_key = default_idempotency_key(namespace, new_key, &new.effect_type);
+        new.headers
+            .insert("x-oncegate-event-id".into(), new_key.to_owned());
+        if let Some(raw) = raw {
+            new.body = Some(raw.body.clone());
+        }
+    } else {
+        let op = config
+            .operation(&new.operation)
+            .ok_or_else(|| ReplayError::UndeclaredOperation(new.operation.clone()))?;
+        new.idempotency_key = op.key_for(namespace, new_key, &new.effect_type);
+    }
+    Ok(new)
+}
