@@ -69,6 +69,24 @@ pub enum Command {
         #[command(subcommand)]
         command: RunsCommand,
     },
+    // Audit integrity, retention and backup (issue 6: audit).
+    /// The audit log: verify chains and checkpoints, write a checkpoint.
+    Audit {
+        /// The audit command.
+        #[command(subcommand)]
+        command: crate::ops::commands::AuditCommand,
+    },
+    /// Retention: archive old terminal runs, slim them, delete old tombstones.
+    Retention {
+        /// The retention command.
+        #[command(subcommand)]
+        command: crate::ops::commands::RetentionCommand,
+    },
+    /// Write a consistent copy of the SQLite database (safe while serving).
+    Backup {
+        /// The new backup file (must not exist).
+        file: PathBuf,
+    },
 }
 
 /// `oncegate config …`.
@@ -166,6 +184,9 @@ pub async fn run(command: Command, config: Config) -> Result<()> {
             Ok(())
         }
         Command::Actions { command } => actions(command, &config).await,
+        Command::Audit { command } => crate::ops::commands::audit(command, &config).await,
+        Command::Retention { command } => crate::ops::commands::retention(command, &config).await,
+        Command::Backup { file } => crate::ops::commands::backup(&file, &config).await,
         Command::Runs {
             command: RunsCommand::Get { namespace, key },
         } => {
@@ -257,6 +278,7 @@ pub async fn open_store(config: &Config, clock: SharedClock) -> Result<SharedSto
         busy_timeout_ms: config.database.busy_timeout_ms,
         clock,
         use_db_clock: true,
+        redaction: Arc::new(config.redactor()),
     };
     store::connect(&config.database.url, options)
         .await
@@ -405,8 +427,10 @@ pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<()> {
         "oncegate listening"
     );
     let dispatcher = spawn_dispatcher(&state, shutdown.clone()).await?;
+    let maintenance = crate::ops::commands::spawn_maintenance(&state, shutdown.clone())?;
     run_server(listener, state, shutdown.clone()).await?;
     shutdown.cancel();
+    let _ = maintenance.await;
     if let Some(dispatcher) = dispatcher {
         // The dispatcher finishes its current step (sends in flight are
         // recorded) before the pools close.

@@ -74,6 +74,13 @@ pub struct Config {
     pub operations: Vec<OperationConfig>,
     /// The dispatcher inside `serve`.
     pub dispatcher: DispatcherConfig,
+    // Audit integrity, redaction and retention (issue 6: audit).
+    /// Audit checkpoints and periodic verification.
+    pub audit: crate::audit::AuditConfig,
+    /// Fields replaced by `"[redacted]"` before storage, per namespace.
+    pub redact: Vec<crate::audit::RedactionRule>,
+    /// Archiving old runs, slimming them to tombstones, deleting tombstones.
+    pub retention: crate::ops::retention::RetentionConfig,
 }
 
 /// `[server]`.
@@ -247,6 +254,30 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("ONCEGATE_MAX_LEASE_LIFE_MS", "ledger.max_lease_life_ms"),
     ("ONCEGATE_ACTIONS_ENABLED", "dispatcher.actions_enabled"),
     ("ONCEGATE_DISPATCHER_ENABLED", "dispatcher.enabled"),
+    // Audit integrity and retention (issue 6: audit).
+    (
+        "ONCEGATE_AUDIT_CHECKPOINT_INTERVAL_SECS",
+        "audit.checkpoint_interval_secs",
+    ),
+    (
+        "ONCEGATE_AUDIT_VERIFY_INTERVAL_SECS",
+        "audit.verify_interval_secs",
+    ),
+    ("ONCEGATE_RETENTION_ENABLED", "retention.enabled"),
+    (
+        "ONCEGATE_RETENTION_INTERVAL_SECS",
+        "retention.interval_secs",
+    ),
+    (
+        "ONCEGATE_RETENTION_ARCHIVE_AFTER_DAYS",
+        "retention.archive_after_days",
+    ),
+    (
+        "ONCEGATE_RETENTION_TOMBSTONE_DAYS",
+        "retention.tombstone_days",
+    ),
+    ("ONCEGATE_RETENTION_ARCHIVE_DIR", "retention.archive_dir"),
+    ("ONCEGATE_RETENTION_BATCH_SIZE", "retention.batch_size"),
     ("ONCEGATE_LOG_FORMAT", "log.format"),
     ("ONCEGATE_LOG_LEVEL", "log.level"),
 ];
@@ -355,6 +386,7 @@ impl Config {
         self.validate_targets()?;
         self.validate_sources()?;
         self.validate_operations()?;
+        self.validate_audit()?;
         let d = &self.dispatcher;
         if d.batch_size < 1 || d.batch_size > 10_000 {
             return Err(ConfigError::field(
@@ -375,6 +407,20 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    /// Audit integrity, redaction and retention (issue 6: audit).
+    fn validate_audit(&self) -> Result<(), ConfigError> {
+        let as_error = |(field, message): (String, String)| ConfigError::field(field, message);
+        for (i, rule) in self.redact.iter().enumerate() {
+            rule.validate(&format!("redact[{i}]")).map_err(as_error)?;
+        }
+        self.retention.validate().map_err(as_error)
+    }
+
+    /// The redaction rules, compiled.
+    pub fn redactor(&self) -> crate::audit::Redactor {
+        crate::audit::Redactor::new(&self.redact)
     }
 
     /// The operation with this name.

@@ -31,6 +31,7 @@ pub mod error;
 mod health;
 pub mod openapi;
 pub mod runs;
+mod timeline; // issue 6: audit
 
 pub use auth::{Authenticator, Principal};
 pub use error::{ApiError, Problem};
@@ -65,6 +66,7 @@ pub fn router(state: AppState) -> Router {
         .merge(runs::router(state.clone()))
         .merge(effects::router(state.clone()))
         .merge(admin::router(state.clone()))
+        .merge(timeline::router(state.clone()))
         .merge(crate::ingress::router())
         .merge(health::router())
         .merge(openapi::router())

@@ -27,6 +27,7 @@ use super::AppState;
         super::health::healthz,
         super::health::readyz,
         super::health::metrics,
+        super::timeline::timeline,
     ),
     components(schemas(super::Problem)),
     modifiers(&BearerAuth),
@@ -35,6 +36,7 @@ use super::AppState;
         (name = "ingress", description = "Signed webhook deliveries"),
         (name = "outbox", description = "Effects: commit, list, cancel"),
         (name = "ops", description = "Health, readiness, metrics"),
+        (name = "audit", description = "A key's timeline and hash-chain status"),
     )
 )]
 pub struct ApiDoc;

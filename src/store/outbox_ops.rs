@@ -124,6 +124,12 @@ macro_rules! outbox_ops {
                 let Some(row) = updated else { return Ok(false) };
                 let effect = row.into_effect()?;
                 if let Some(attempt) = attempt {
+                    let mut evidence = attempt.evidence.clone();
+                    let redactor = &cx.st.redactor;
+                    if redactor.applies(&effect.namespace) {
+                        let secrets = redactor.secrets_in(&effect.namespace, effect.new.body.as_deref());
+                        redactor.evidence(&effect.namespace, &mut evidence, &secrets);
+                    }
                     sqlx::query(&cx.st.outbox.insert_attempt)
                         .bind(&effect.id)
                         .bind(&leased.owner)
@@ -132,7 +138,7 @@ macro_rules! outbox_ops {
                         .bind(&attempt.class)
                         .bind(attempt.status)
                         .bind(&attempt.error)
-                        .bind(attempt.evidence.to_string())
+                        .bind(evidence.to_string())
                         .execute(&mut **tx)
                         .await?;
                 }
@@ -201,8 +207,9 @@ macro_rules! outbox_ops {
                 st: &Statements,
                 run: &Run,
                 class: &str,
-                detail: Value,
+                mut detail: Value,
             ) -> Result<()> {
+                st.redactor.value(run.namespace.as_str(), &mut detail);
                 sqlx::query(&st.insert_dead_letter)
                     .bind(uuid::Uuid::now_v7().to_string())
                     .bind(run.namespace.as_str())

@@ -92,6 +92,12 @@ pub struct Statements {
     pub insert_token: String,
     /// The outbox's statements.
     pub outbox: super::outbox_sql::OutboxStatements,
+    // Audit integrity, retention and redaction (issue 6: audit).
+    /// Checkpoint, verification and retention statements.
+    pub audit: super::audit_sql::AuditStatements,
+    /// The redaction rules every write applies before storage. Carried with
+    /// the statements because every write path already receives them.
+    pub redactor: std::sync::Arc<crate::audit::Redactor>,
 }
 
 impl Statements {
@@ -189,6 +195,8 @@ impl Statements {
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING"
                 .into(),
             outbox: super::outbox_sql::OutboxStatements::new(dialect),
+            audit: super::audit_sql::AuditStatements::new(dialect),
+            redactor: std::sync::Arc::new(crate::audit::Redactor::none()),
             insert_dead_letter: "INSERT INTO dead_letters (id, namespace, run_key, class, component, \
                  raw_event_id, detail, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
                 .into(),
@@ -264,8 +272,9 @@ macro_rules! ledger_ops {
             run: &Run,
             kind: Move,
             actor: &str,
-            detail: Value,
+            mut detail: Value,
         ) -> Result<()> {
+            st.redactor.value(run.namespace.as_str(), &mut detail);
             let entry = AuditEntry {
                 namespace: run.namespace.to_string(),
                 key: run.key.to_string(),
@@ -491,6 +500,9 @@ macro_rules! ledger_ops {
         ) -> Result<()> {
             let headers =
                 serde_json::to_string(&event.headers).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            // The stored delivery is evidence: redacted when rules apply
+            // (the forward effect carries the verbatim bytes to deliver).
+            let redacted = st.redactor.body(&event.source, &event.body);
             sqlx::query(&st.insert_raw_event)
                 .bind(&event.id)
                 .bind(&event.source)
@@ -500,7 +512,7 @@ macro_rules! ledger_ops {
                 .bind(event.payload_hash.as_str())
                 .bind(&event.content_type)
                 .bind(headers)
-                .bind(&event.body)
+                .bind(redacted.as_deref().unwrap_or(&event.body))
                 .bind(event.received_at)
                 .execute(&mut **tx)
                 .await?;
@@ -511,12 +523,13 @@ macro_rules! ledger_ops {
         pub(crate) async fn quarantine_event(cx: &Cx<'_>, event: &RawEvent, run: &Run) -> Result<()> {
             let mut tx = cx.write.begin().await?;
             insert_raw_event(&mut tx, cx.st, event).await?;
-            let detail = json!({
+            let mut detail = json!({
                 "event_type": event.event_type,
                 "stored_payload_hash": run.payload_hash.as_str(),
                 "offered_payload_hash": event.payload_hash.as_str(),
                 "run_state": run.state.as_str(),
             });
+            cx.st.redactor.value(run.namespace.as_str(), &mut detail);
             sqlx::query(&cx.st.insert_dead_letter)
                 .bind(uuid::Uuid::now_v7().to_string())
                 .bind(run.namespace.as_str())
@@ -625,6 +638,15 @@ macro_rules! ledger_ops {
             detail: Value,
             effects: &[NewEffect],
         ) -> Result<Moved> {
+            let mut fields = fields;
+            if let Some(result) = &fields.result {
+                if cx.st.redactor.applies(call.namespace.as_str()) {
+                    if let Ok(mut value) = serde_json::from_str::<Value>(result) {
+                        cx.st.redactor.value(call.namespace.as_str(), &mut value);
+                        fields.result = Some(value.to_string());
+                    }
+                }
+            }
             let mut tx = cx.write.begin().await?;
             let updated = sqlx::query_as::<_, RunRow>(&cx.st.finish[&kind])
                 .bind(cx.now)

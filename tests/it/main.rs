@@ -4,10 +4,14 @@
 //! `scripts/test` starts it when it is not running.
 
 mod api;
+mod audit; // issue 6: audit
+mod backup; // issue 6: audit
 mod conformance;
 mod dispatch;
 mod dispatch_process;
 mod harness;
 mod ingress;
 mod process;
+mod redaction; // issue 6: audit
+mod retention; // issue 6: audit
 mod target;
