@@ -20,6 +20,7 @@ const CARD: &str = "card-9876-5432";
 /// Every `table.column` whose text holds `needle` (or its hex).
 pub async fn columns_holding(db: &TestDb, needle: &str) -> Vec<String> {
     let hex = hex::encode(needle);
+    let upper = hex.to_uppercase();
     let pg = db.backend == Backend::Postgres;
     let tables_sql = if pg {
         "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public'"
@@ -40,7 +41,8 @@ pub async fn columns_holding(db: &TestDb, needle: &str) -> Vec<String> {
         if pg {
             format!("SELECT \"{c}\"::text FROM \"{t}\"")
         } else {
-            format!("SELECT CAST(\"{c}\" AS TEXT) FROM \"{t}\"")
+            // hex() reads text and blobs alike, whatever their bytes.
+            format!("SELECT hex(\"{c}\") FROM \"{t}\"")
         }
     };
     let mut found = Vec::new();
@@ -49,7 +51,7 @@ pub async fn columns_holding(db: &TestDb, needle: &str) -> Vec<String> {
             let values = db.texts(&cast(&table, &column)).await;
             if values
                 .iter()
-                .any(|v| v.contains(needle) || v.contains(&hex))
+                .any(|v| v.contains(needle) || v.contains(&hex) || v.contains(&upper))
             {
                 found.push(format!("{table}.{column}"));
             }
