@@ -363,7 +363,65 @@ async fn timeline_answers_the_four_questions(backend: Backend) {
     app.stop().await;
 }
 
+/// `serve`'s periodic task writes a checkpoint at start and shows it (and
+/// the latest verification) as metrics.
+async fn serve_checkpoints_and_reports_metrics(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |c| {
+        c.audit.checkpoint_interval_secs = 3600;
+        c.audit.verify_interval_secs = 0;
+        c.retention.enabled = false;
+    })
+    .await;
+    finished_run(&app.store, "crm", "k", json!({})).await;
+    let failed = oncegate::audit::Verification {
+        id: "v1".into(),
+        started_at: 1_000,
+        finished_at: 2_000,
+        namespace: None,
+        chains: 9,
+        failures: 2,
+        first_failure: Some("runs namespace=crm key=x: missing".into()),
+        checkpoint_id: None,
+    };
+    app.store.record_verification(&failed).await.unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let jobs = oncegate::ops::commands::spawn_maintenance(&app.state, shutdown.clone()).unwrap();
+    let text = crate::harness::eventually(
+        "checkpoint metrics",
+        std::time::Duration::from_secs(20),
+        || async {
+            let text = app
+                .client
+                .get(format!("{}/metrics", app.base))
+                .send()
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            text.lines()
+                .any(|l| {
+                    l.starts_with("oncegate_audit_checkpoint_last_timestamp_seconds ")
+                        && !l.ends_with(" 0")
+                })
+                .then_some(text)
+        },
+    )
+    .await;
+    assert!(text.contains("oncegate_audit_verify_failures 2"), "{text}");
+    assert!(
+        text.contains("oncegate_audit_checkpoint_anomalies 0"),
+        "{text}"
+    );
+    let c = app.store.latest_checkpoint().await.unwrap().unwrap();
+    assert_eq!((c.reason.as_str(), c.chain_count), ("periodic", 1));
+    shutdown.cancel();
+    jobs.await.unwrap();
+    app.stop().await;
+}
+
 on_both_backends!(
+    serve_checkpoints_and_reports_metrics,
     verify_names_the_first_bad_row,
     checkpoint_tampering_is_found,
     the_cli_exits_non_zero_on_a_broken_log,
