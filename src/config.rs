@@ -676,4 +676,33 @@ mod tests {
         let err = load_text("server = [\n", &[]).unwrap_err();
         assert!(matches!(err, ConfigError::Syntax { .. }), "{err}");
     }
+
+    // Audit integrity, redaction and retention (issue 6: audit).
+    #[test]
+    fn audit_retention_and_redaction_errors_name_the_field() {
+        let config = load_text(
+            "[audit]\ncheckpoint_interval_secs = 60\n[[redact]]\nnamespace = \"stripe\"\n\
+             pointers = [\"/data/object/email\"]\n[retention]\narchive_dir = \"/tmp/a\"\n\
+             [[retention.overrides]]\nnamespace = \"stripe\"\narchive_after_days = 7\n",
+            &[("ONCEGATE_RETENTION_TOMBSTONE_DAYS", "120")],
+        )
+        .unwrap();
+        assert_eq!(config.audit.checkpoint_interval_secs, 60);
+        assert_eq!(config.retention.windows("stripe"), (7, 120));
+        assert!(config.redactor().applies("stripe"));
+        let err = load_text(
+            "[[redact]]\nnamespace = \"x\"\npointers = [\"email\"]\n",
+            &[],
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().starts_with("redact[0].pointers[0]:"),
+            "{err}"
+        );
+        let err = load_text("[retention]\ntombstone_days = 10\n", &[]).unwrap_err();
+        assert!(
+            err.to_string().starts_with("retention.tombstone_days:"),
+            "{err}"
+        );
+    }
 }
