@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 
 use crate::clock::Millis;
 
+mod chain;
 pub mod checkpoint;
 pub mod redact;
 pub mod timeline;
