@@ -128,12 +128,31 @@ impl Maintenance {
         let mut verifies = tick(verify_secs, Duration::from_secs(verify_secs.max(1)));
         self.refresh().await;
         loop {
+            // A job in progress is abandoned at shutdown: each writes in
+            // transactions (an archive file whose runs were not slimmed yet
+            // is written again by a later sweep).
             tokio::select! {
                 () = shutdown.cancelled() => break,
-                _ = checkpoints.tick(), if audit.checkpoint_interval_secs > 0 => self.checkpoint().await,
-                _ = sweeps.tick(), if retention.enabled => self.sweep().await,
-                _ = verifies.tick(), if verify_secs > 0 => self.verify().await,
+                _ = checkpoints.tick(), if audit.checkpoint_interval_secs > 0 => {
+                    self.until(&shutdown, self.checkpoint()).await;
+                }
+                _ = sweeps.tick(), if retention.enabled => self.until(&shutdown, self.sweep()).await,
+                _ = verifies.tick(), if verify_secs > 0 => self.until(&shutdown, self.verify()).await,
             }
+        }
+        for job in ["audit_checkpoint", "retention", "audit_verify"] {
+            self.release(job).await;
+        }
+    }
+
+    async fn until(
+        &self,
+        shutdown: &CancellationToken,
+        job: impl std::future::Future<Output = ()>,
+    ) {
+        tokio::select! {
+            () = shutdown.cancelled() => tracing::info!("maintenance job stopped by shutdown"),
+            () = job => {}
         }
     }
 
