@@ -427,3 +427,57 @@ on_both_backends!(
     the_cli_exits_non_zero_on_a_broken_log,
     timeline_answers_the_four_questions,
 );
+
+/// Measures checkpoint and verify cost (run by hand:
+/// `cargo test --test it audit_scale -- --ignored --nocapture`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "a measurement, not a check"]
+async fn audit_scale() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let db = TestDb::new(backend).await;
+        let store = db.store(Arc::new(SystemClock), true).await;
+        let n = 20_000;
+        let tasks: Vec<_> = (0..8)
+            .map(|w| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    for i in (w..n).step_by(8) {
+                        finished_run(&store, "crm", &format!("scale:{i}"), json!({ "i": i })).await;
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let time = std::time::Instant::now();
+        let first = write_checkpoint(
+            store.as_ref(),
+            CheckpointReason::Manual,
+            &[],
+            SystemClock.now_ms(),
+        )
+        .await
+        .unwrap();
+        let t_first = time.elapsed();
+        let time = std::time::Instant::now();
+        write_checkpoint(
+            store.as_ref(),
+            CheckpointReason::Manual,
+            &[],
+            SystemClock.now_ms(),
+        )
+        .await
+        .unwrap();
+        let t_second = time.elapsed();
+        let time = std::time::Instant::now();
+        let report = verify(store.as_ref(), None).await.unwrap();
+        let t_verify = time.elapsed();
+        assert!(report.ok());
+        eprintln!(
+            "{backend:?}: {} chains, {} events: first checkpoint {t_first:?} ({} heads written), \
+             unchanged checkpoint {t_second:?}, verify {t_verify:?}",
+            report.chains, report.events, first.checkpoint.changed
+        );
+    }
+}
