@@ -228,9 +228,15 @@ pub async fn retention(command: RetentionCommand, config: &Config) -> Result<()>
     let report = result?;
     let verb = if dry_run { "would be" } else { "were" };
     println!(
-        "{} run(s) {verb} archived, {} tombstone(s) {verb} deleted; {} delivered bod(ies) scrubbed",
-        report.archived, report.tombstones_deleted, report.scrubbed
+        "{} run(s) {verb} archived, {} tombstone(s) {verb} deleted",
+        report.archived, report.tombstones_deleted
     );
+    if !dry_run {
+        println!(
+            "{} delivered effect body(ies) replaced by their redacted form",
+            report.scrubbed
+        );
+    }
     for file in &report.files {
         println!("archive: {file}");
     }
