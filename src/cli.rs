@@ -78,6 +78,24 @@ pub enum Command {
     /// Dead letters: list, show, resolve, replay, replace, bulk replay jobs
     /// (talks to the running server; needs an operator token).
     Dlq(DlqArgs),
+    // Audit integrity, retention and backup (issue 6: audit).
+    /// The audit log: verify chains and checkpoints, write a checkpoint.
+    Audit {
+        /// The audit command.
+        #[command(subcommand)]
+        command: crate::ops::commands::AuditCommand,
+    },
+    /// Retention: archive old terminal runs, slim them, delete old tombstones.
+    Retention {
+        /// The retention command.
+        #[command(subcommand)]
+        command: crate::ops::commands::RetentionCommand,
+    },
+    /// Write a consistent copy of the SQLite database (safe while serving).
+    Backup {
+        /// The new backup file (must not exist).
+        file: PathBuf,
+    },
 }
 
 /// `oncegate config …`.
@@ -176,6 +194,9 @@ pub async fn run(command: Command, config: Config) -> Result<()> {
         }
         Command::Actions { command } => actions(command, &config).await,
         Command::Dlq(args) => dlq::run(args, &config).await,
+        Command::Audit { command } => crate::ops::commands::audit(command, &config).await,
+        Command::Retention { command } => crate::ops::commands::retention(command, &config).await,
+        Command::Backup { file } => crate::ops::commands::backup(&file, &config).await,
         Command::Runs {
             command: RunsCommand::Get { namespace, key },
         } => {
@@ -267,6 +288,7 @@ pub async fn open_store(config: &Config, clock: SharedClock) -> Result<SharedSto
         busy_timeout_ms: config.database.busy_timeout_ms,
         clock,
         use_db_clock: true,
+        redaction: Arc::new(config.redactor()),
     };
     store::connect(&config.database.url, options)
         .await
@@ -437,8 +459,10 @@ pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<()> {
     );
     let dispatcher = spawn_dispatcher(&state, shutdown.clone()).await?;
     let replayer = spawn_replay_runner(&state, shutdown.clone());
+    let maintenance = crate::ops::commands::spawn_maintenance(&state, shutdown.clone())?;
     run_server(listener, state, shutdown.clone()).await?;
     shutdown.cancel();
+    let _ = maintenance.await;
     if let Some(dispatcher) = dispatcher {
         // The dispatcher finishes its current step (sends in flight are
         // recorded) before the pools close.

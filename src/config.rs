@@ -78,6 +78,13 @@ pub struct Config {
     pub metrics: crate::ops::MetricsConfig,
     /// Dead letters: owners, retention, the bulk replay runner (issue 6, branch dlq).
     pub dead_letters: crate::deadletter::DeadLetterConfig,
+    // Audit integrity, redaction and retention (issue 6: audit).
+    /// Audit checkpoints and periodic verification.
+    pub audit: crate::audit::AuditConfig,
+    /// Fields replaced by `"[redacted]"` before storage, per namespace.
+    pub redact: Vec<crate::audit::RedactionRule>,
+    /// Archiving old runs, slimming them to tombstones, deleting tombstones.
+    pub retention: crate::ops::retention::RetentionConfig,
 }
 
 /// `[server]`.
@@ -256,6 +263,30 @@ pub const ENV_VARS: &[(&str, &str)] = &[
         "ONCEGATE_REPLAY_RUNNER_ENABLED",
         "dead_letters.runner_enabled",
     ),
+    // Audit integrity and retention (issue 6: audit).
+    (
+        "ONCEGATE_AUDIT_CHECKPOINT_INTERVAL_SECS",
+        "audit.checkpoint_interval_secs",
+    ),
+    (
+        "ONCEGATE_AUDIT_VERIFY_INTERVAL_SECS",
+        "audit.verify_interval_secs",
+    ),
+    ("ONCEGATE_RETENTION_ENABLED", "retention.enabled"),
+    (
+        "ONCEGATE_RETENTION_INTERVAL_SECS",
+        "retention.interval_secs",
+    ),
+    (
+        "ONCEGATE_RETENTION_ARCHIVE_AFTER_DAYS",
+        "retention.archive_after_days",
+    ),
+    (
+        "ONCEGATE_RETENTION_TOMBSTONE_DAYS",
+        "retention.tombstone_days",
+    ),
+    ("ONCEGATE_RETENTION_ARCHIVE_DIR", "retention.archive_dir"),
+    ("ONCEGATE_RETENTION_BATCH_SIZE", "retention.batch_size"),
     ("ONCEGATE_LOG_FORMAT", "log.format"),
     ("ONCEGATE_LOG_LEVEL", "log.level"),
 ];
@@ -371,6 +402,7 @@ impl Config {
         self.dead_letters
             .validate()
             .map_err(|(field, message)| ConfigError::field(field, message))?;
+        self.validate_audit()?;
         let d = &self.dispatcher;
         if d.batch_size < 1 || d.batch_size > 10_000 {
             return Err(ConfigError::field(
@@ -391,6 +423,20 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    /// Audit integrity, redaction and retention (issue 6: audit).
+    fn validate_audit(&self) -> Result<(), ConfigError> {
+        let as_error = |(field, message): (String, String)| ConfigError::field(field, message);
+        for (i, rule) in self.redact.iter().enumerate() {
+            rule.validate(&format!("redact[{i}]")).map_err(as_error)?;
+        }
+        self.retention.validate().map_err(as_error)
+    }
+
+    /// The redaction rules, compiled.
+    pub fn redactor(&self) -> crate::audit::Redactor {
+        crate::audit::Redactor::new(&self.redact)
     }
 
     /// The operation with this name.
@@ -645,5 +691,34 @@ mod tests {
         assert!(err.to_string().starts_with("ledger.max_lease_ms:"), "{err}");
         let err = load_text("server = [\n", &[]).unwrap_err();
         assert!(matches!(err, ConfigError::Syntax { .. }), "{err}");
+    }
+
+    // Audit integrity, redaction and retention (issue 6: audit).
+    #[test]
+    fn audit_retention_and_redaction_errors_name_the_field() {
+        let config = load_text(
+            "[audit]\ncheckpoint_interval_secs = 60\n[[redact]]\nnamespace = \"stripe\"\n\
+             pointers = [\"/data/object/email\"]\n[retention]\narchive_dir = \"/tmp/a\"\n\
+             [[retention.overrides]]\nnamespace = \"stripe\"\narchive_after_days = 7\n",
+            &[("ONCEGATE_RETENTION_TOMBSTONE_DAYS", "120")],
+        )
+        .unwrap();
+        assert_eq!(config.audit.checkpoint_interval_secs, 60);
+        assert_eq!(config.retention.windows("stripe"), (7, 120));
+        assert!(config.redactor().applies("stripe"));
+        let err = load_text(
+            "[[redact]]\nnamespace = \"x\"\npointers = [\"email\"]\n",
+            &[],
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().starts_with("redact[0].pointers[0]:"),
+            "{err}"
+        );
+        let err = load_text("[retention]\ntombstone_days = 10\n", &[]).unwrap_err();
+        assert!(
+            err.to_string().starts_with("retention.tombstone_days:"),
+            "{err}"
+        );
     }
 }

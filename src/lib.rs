@@ -18,10 +18,15 @@
 //!   operator's resolve / replay / replace, bulk replay jobs and their
 //!   runner, and the workflow's failure report by execution ref.
 //! - [`audit`]: the append-only, per-key hash-chained event log written in
-//!   the same transaction as every claim and move.
+//!   the same transaction as every claim and move; checkpoints over every
+//!   chain head, `audit verify`, redaction before storage, and the timeline
+//!   that answers "did we process, did we send, who approved, which model".
 //! - [`api`]: the versioned JSON API over HTTP (axum), bearer tokens with
 //!   scopes, RFC 9457 problem+json errors, the OpenAPI document.
-//! - [`ops`]: Prometheus metrics, health and readiness.
+//! - [`ops`]: Prometheus metrics, health and readiness; the retention
+//!   sweeper (archive to JSONL, tombstones), the periodic checkpoint,
+//!   sweep and verify jobs of `serve`, and the audit, retention and backup
+//!   commands.
 //! - [`config`]: the TOML file layered with `ONCEGATE_*` variables.
 //! - [`clock`]: injected time, so leases and expiry are tested by hand.
 //! - [`cli`]: the commands the `oncegate` binary runs.

@@ -35,6 +35,7 @@ pub mod openapi;
 pub mod runs;
 // ops (metrics and logs): the request span and the duration histogram.
 pub mod telemetry;
+mod timeline; // issue 6: audit
 
 pub use auth::{Authenticator, Principal};
 pub use error::{ApiError, Problem};
@@ -71,6 +72,7 @@ pub fn router(state: AppState) -> Router {
         .merge(admin::router(state.clone()))
         // Dead letters and replay (issue 6, branch dlq).
         .merge(deadletters::router(state.clone()))
+        .merge(timeline::router(state.clone()))
         .merge(crate::ingress::router())
         .merge(health::router())
         .merge(openapi::router())

@@ -42,6 +42,7 @@ use super::AppState;
         super::deadletters::jobs::show,
         super::deadletters::jobs::stop,
         super::deadletters::jobs::resume,
+        super::timeline::timeline,
     ),
     components(schemas(super::Problem)),
     modifiers(&BearerAuth),
@@ -51,6 +52,7 @@ use super::AppState;
         (name = "outbox", description = "Effects: commit, list, cancel"),
         (name = "ops", description = "Health, readiness, metrics"),
         (name = "dead letters", description = "Dead letters: list, inspect, resolve, replay, replace; bulk replay jobs"),
+        (name = "audit", description = "A key's timeline and hash-chain status"),
     )
 )]
 pub struct ApiDoc;

@@ -5,12 +5,49 @@
 //! the hash of entry `n-1` and its own hash over that and its canonical
 //! content, and the run row holds the chain's head (`audit_seq`,
 //! `audit_head`). An edited, deleted or truncated entry breaks the chain.
+//!
+//! - [`checkpoint`]: periodic digests over every chain head, themselves
+//!   chained, so a deleted key is detected too.
+//! - [`verify`]: walks every chain, head and checkpoint and names the first
+//!   bad row (`oncegate audit verify`).
+//! - [`redact`]: configured fields replaced before anything is stored.
+//! - [`timeline`]: one key's history, arranged to answer "did we process
+//!   it, did we send, who approved, which model drafted".
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::clock::Millis;
+
+mod chain;
+pub mod checkpoint;
+pub mod redact;
+pub mod timeline;
+pub mod verify;
+
+pub use checkpoint::{write_checkpoint, CheckpointReason, CheckpointReport, SYSTEM_NAMESPACE};
+pub use redact::{RedactionRule, Redactor};
+pub use verify::{check_one, verify, ChainAnchor, Finding, ScanRow, Verification, VerifyReport};
+
+/// `[audit]`: the periodic integrity work inside `serve`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditConfig {
+    /// Seconds between checkpoints over every chain head (0: none).
+    pub checkpoint_interval_secs: u64,
+    /// Seconds between full verifications (0: only `oncegate audit verify`).
+    pub verify_interval_secs: u64,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self {
+            checkpoint_interval_secs: 600,
+            verify_interval_secs: 86_400,
+        }
+    }
+}
 
 /// One audit event about a run, before it is chained.
 #[derive(Debug, Clone, PartialEq, Serialize)]

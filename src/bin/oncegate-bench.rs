@@ -204,6 +204,7 @@ async fn dispatch_bench(
         busy_timeout_ms: 5_000,
         clock: clock.clone(),
         use_db_clock: true,
+        redaction: Default::default(),
     };
     let store = store::connect(&db.url, options).await?;
     store.migrate().await?;

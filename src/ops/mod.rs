@@ -1,5 +1,6 @@
 //! Operations: Prometheus metrics, their label bounds and scrape-time
-//! gauges, health and readiness.
+//! gauges, health and readiness, the retention sweeper and archive, and the
+//! periodic maintenance jobs of `serve`.
 
 pub mod labels;
 pub mod metrics;
@@ -8,3 +9,10 @@ mod scrape;
 
 pub use metrics::{Metrics, MetricsConfig};
 pub use record::{GateDecision, ValidationFailure};
+
+// Audit integrity and retention (issue 6: audit).
+pub mod archive;
+pub mod commands;
+pub mod maintenance;
+pub mod retention;
+pub mod sweeper;

@@ -64,8 +64,16 @@ macro_rules! deadletter_ops {
                     .as_ref()
                     .map(|id| format!("raw_event:{id}"))
                     .or_else(|| run.metadata.source_url.clone());
-                let (attempts, last) = history(tx, st, run).await?;
-                let evidence = input.evidence.clone().or(last);
+                let (mut attempts, last) = history(tx, st, run).await?;
+                let mut evidence = input.evidence.clone().or(last);
+                // Redaction (audit): every payload-derived copy, before storage.
+                let ns = run.namespace.as_str();
+                let mut detail = input.detail.clone();
+                st.redactor.value(ns, &mut detail);
+                st.redactor.value(ns, &mut attempts);
+                if let Some(e) = evidence.as_mut() {
+                    st.redactor.value(ns, e);
+                }
                 let earlier: Vec<String> = sqlx::query_scalar(&d.replayed_before)
                     .bind(run.namespace.as_str())
                     .bind(run.key.as_str())
@@ -79,7 +87,7 @@ macro_rules! deadletter_ops {
                     .bind(input.class.as_str())
                     .bind(input.class.component().as_str())
                     .bind(&raw_event_id)
-                    .bind(input.detail.to_string())
+                    .bind(detail.to_string())
                     .bind(at)
                     .bind(run.key.as_str())
                     .bind(run.correlation_id())

@@ -17,13 +17,16 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::audit::AuditRecord;
+use crate::audit::checkpoint::{ChainHead, Checkpoint, CheckpointWrite, HeadRow};
+use crate::audit::{AuditRecord, ChainAnchor, ScanRow, Verification};
 use crate::clock::SharedClock;
 use crate::ingress::RawEvent;
 use crate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Moved, Namespace, OwnerCall, OwnerMove, Run,
 };
+use crate::ops::retention::{RunMaterial, RunStamp, Selection};
 use crate::outbox::{ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffect, Recorded};
+use futures_util::stream::BoxStream;
 use serde_json::Value;
 // Dead letters and replay (issue 6, branch dlq).
 use crate::deadletter::{
@@ -41,6 +44,11 @@ mod replay_ops;
 pub use ops_sql::OpenDeadLetters;
 
 pub mod ops_sql;
+mod audit_ops;
+mod audit_row;
+pub mod audit_sql;
+pub mod backup;
+mod json_row;
 mod outbox_ops;
 pub mod outbox_sql;
 pub mod postgres;
@@ -68,6 +76,12 @@ pub enum StoreError {
     /// A stored row could not be read back as a domain value.
     #[error("stored row is corrupt: {0}")]
     Corrupt(String),
+    /// The backend cannot do this (e.g. an online backup of PostgreSQL).
+    #[error("{0}")]
+    Unsupported(String),
+    /// A backup could not be written or checked.
+    #[error("backup failed: {0}")]
+    Backup(String),
     /// The database URL names no supported backend.
     #[error("unsupported database URL {0:?}: use sqlite://PATH or postgres://…")]
     UnsupportedUrl(String),
@@ -272,6 +286,108 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// # Errors
     /// [`StoreError::Database`] on database failure.
     async fn open_dead_letters(&self) -> Result<Vec<OpenDeadLetters>>;
+    // ---- Audit integrity, retention and backup (issue 6: audit) ----
+
+    /// Every chain's current head (its run row, or its last event for a
+    /// run-less chain) and its checkpointed head, sorted bytewise by
+    /// (namespace, key), current first; one statement, one snapshot.
+    fn head_scan(&self) -> BoxStream<'_, Result<HeadRow>>;
+
+    /// Per key (one namespace, or all): the run row's head, the
+    /// checkpointed head, then the events by sequence; one snapshot.
+    fn audit_scan<'a>(&'a self, namespace: Option<&'a str>) -> BoxStream<'a, Result<ScanRow>>;
+
+    /// The latest checkpoint's head list, sorted bytewise.
+    fn checkpointed_heads(&self) -> BoxStream<'_, Result<ChainHead>>;
+
+    /// Every checkpoint, by id.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure.
+    async fn checkpoints(&self) -> Result<Vec<Checkpoint>>;
+
+    /// The latest checkpoint.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure.
+    async fn latest_checkpoint(&self) -> Result<Option<Checkpoint>>;
+
+    /// Writes a checkpoint with its moved heads, deleting its removals
+    /// (guarded tombstones) in the same transaction; `false` when another
+    /// checkpoint took the id first (nothing written).
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure.
+    async fn commit_checkpoint(&self, write: &CheckpointWrite) -> Result<bool>;
+
+    /// A key's run-row head and checkpointed head.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure.
+    async fn chain_anchor(&self, namespace: &str, key: &str) -> Result<ChainAnchor>;
+
+    /// Stores a verification result.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure.
+    async fn record_verification(&self, verification: &Verification) -> Result<()>;
+
+    /// The latest stored verification result.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure.
+    async fn last_verification(&self) -> Result<Option<Verification>>;
+
+    /// Takes (or renews) the lease of a periodic job for `lease_ms`; `false`
+    /// when another live holder has it.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure.
+    async fn take_job(&self, name: &str, owner: &str, lease_ms: i64) -> Result<bool>;
+
+    /// Releases a job lease held by `owner`.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure.
+    async fn release_job(&self, name: &str, owner: &str) -> Result<()>;
+
+    /// Terminal runs due for archiving (`tombstones`: slimmed runs due for
+    /// deletion) under a selection, oldest first. Never an active run.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure.
+    async fn retention_candidates(
+        &self,
+        sel: &Selection,
+        tombstones: bool,
+    ) -> Result<Vec<RunStamp>>;
+
+    /// Every stored row of a run and of the tables that belong to it.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure.
+    async fn run_material(&self, stamp: &RunStamp) -> Result<Option<RunMaterial>>;
+
+    /// Slims archived runs to tombstones by compare-and-set on their
+    /// version, deleting the rows the material holds, in one transaction.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure; nothing is slimmed.
+    async fn slim_runs(&self, runs: &[RunMaterial], archive_file: &str, now: i64) -> Result<u64>;
+
+    /// Replaces up to `limit` verbatim bodies of finished effects (in
+    /// namespaces with redaction rules) by their redacted form.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] on database failure.
+    async fn scrub_effect_bodies(&self, limit: i64, now: i64) -> Result<u64>;
+
+    /// Writes a consistent copy of the database to `dest` while serving.
+    ///
+    /// # Errors
+    /// [`StoreError::Unsupported`] on PostgreSQL (use `pg_dump`); the
+    /// database's or the file system's error otherwise.
+    async fn backup(&self, dest: &std::path::Path) -> Result<()>;
 
     /// Closes the pools, waiting for checked-out connections.
     async fn close(&self);
@@ -426,6 +542,8 @@ pub struct StoreOptions {
     /// PostgreSQL: compare lease times with the database's `now()` (the
     /// production setting). Off only in tests that move time by hand.
     pub use_db_clock: bool,
+    /// Redaction rules applied before anything is stored (issue 6: audit).
+    pub redaction: Arc<crate::audit::Redactor>,
 }
 
 /// Opens (creating if needed) the store a URL names.

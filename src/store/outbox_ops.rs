@@ -124,6 +124,12 @@ macro_rules! outbox_ops {
                 let Some(row) = updated else { return Ok(Recorded::Lost) };
                 let effect = row.into_effect()?;
                 if let Some(attempt) = attempt {
+                    let mut evidence = attempt.evidence.clone();
+                    let redactor = &cx.st.redactor;
+                    if redactor.applies(&effect.namespace) {
+                        let secrets = redactor.secrets_in(&effect.namespace, effect.new.body.as_deref());
+                        redactor.evidence(&effect.namespace, &mut evidence, &secrets);
+                    }
                     sqlx::query(&cx.st.outbox.insert_attempt)
                         .bind(&effect.id)
                         .bind(&leased.owner)
@@ -132,7 +138,7 @@ macro_rules! outbox_ops {
                         .bind(&attempt.class)
                         .bind(attempt.status)
                         .bind(&attempt.error)
-                        .bind(attempt.evidence.to_string())
+                        .bind(evidence.to_string())
                         .execute(&mut **tx)
                         .await?;
                 }

@@ -14,13 +14,17 @@ use sqlx::PgPool;
 
 use super::sql::{Dialect, Statements};
 use super::{OpenDeadLetters, Result, Store, StoreOptions, StoredToken};
+use crate::audit::checkpoint::{ChainHead, Checkpoint, CheckpointWrite, HeadRow};
 use crate::audit::AuditRecord;
+use crate::audit::{ChainAnchor, ScanRow, Verification};
 use crate::clock::SharedClock;
 use crate::ingress::RawEvent;
 use crate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Moved, Namespace, OwnerCall, OwnerMove, Run,
 };
+use crate::ops::retention::{RunMaterial, RunStamp, Selection};
 use crate::outbox::{ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffect, Recorded};
+use futures_util::stream::BoxStream;
 use serde_json::Value;
 // Dead letters and replay (issue 6, branch dlq).
 use crate::deadletter::{
@@ -35,6 +39,7 @@ mod ops {
     crate::deadletter_ops!(sqlx::Postgres);
     crate::replay_ops!(sqlx::Postgres);
     crate::replace_ops!(sqlx::Postgres);
+    crate::audit_ops!(sqlx::Postgres);
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
@@ -78,7 +83,10 @@ impl PgStore {
             .await?;
         Ok(Self {
             pool,
-            st: Statements::new(Dialect::Postgres),
+            st: Statements {
+                redactor: options.redaction.clone(),
+                ..Statements::new(Dialect::Postgres)
+            },
             clock: options.clock,
             use_db_clock: options.use_db_clock,
         })
@@ -244,6 +252,88 @@ impl Store for PgStore {
 
     async fn open_dead_letters(&self) -> Result<Vec<OpenDeadLetters>> {
         ops::gauges::open_dead_letters(&self.cx()).await
+    }
+
+    // ---- Audit integrity, retention and backup (issue 6: audit) ----
+
+    fn head_scan(&self) -> BoxStream<'_, Result<HeadRow>> {
+        ops::audit::head_scan(&self.pool, &self.st)
+    }
+
+    fn audit_scan<'a>(&'a self, namespace: Option<&'a str>) -> BoxStream<'a, Result<ScanRow>> {
+        ops::audit::audit_scan(&self.pool, &self.st, namespace)
+    }
+
+    fn checkpointed_heads(&self) -> BoxStream<'_, Result<ChainHead>> {
+        ops::audit::heads(&self.pool, &self.st)
+    }
+
+    async fn checkpoints(&self) -> Result<Vec<Checkpoint>> {
+        ops::audit::checkpoints(&self.pool, &self.st, false).await
+    }
+
+    async fn latest_checkpoint(&self) -> Result<Option<Checkpoint>> {
+        Ok(ops::audit::checkpoints(&self.pool, &self.st, true)
+            .await?
+            .pop())
+    }
+
+    async fn commit_checkpoint(&self, write: &CheckpointWrite) -> Result<bool> {
+        ops::audit::commit_checkpoint(&self.cx(), write).await
+    }
+
+    async fn chain_anchor(&self, namespace: &str, key: &str) -> Result<ChainAnchor> {
+        ops::audit::chain_anchor(&self.pool, &self.st, namespace, key).await
+    }
+
+    async fn record_verification(&self, verification: &Verification) -> Result<()> {
+        ops::audit::record_verification(&self.pool, &self.st, verification).await
+    }
+
+    async fn last_verification(&self) -> Result<Option<Verification>> {
+        ops::audit::last_verification(&self.pool, &self.st).await
+    }
+
+    async fn take_job(&self, name: &str, owner: &str, lease_ms: i64) -> Result<bool> {
+        ops::audit::take_job(
+            &self.pool,
+            &self.st,
+            name,
+            owner,
+            lease_ms,
+            self.clock.now_ms(),
+        )
+        .await
+    }
+
+    async fn release_job(&self, name: &str, owner: &str) -> Result<()> {
+        ops::audit::release_job(&self.pool, &self.st, name, owner).await
+    }
+
+    async fn retention_candidates(
+        &self,
+        sel: &Selection,
+        tombstones: bool,
+    ) -> Result<Vec<RunStamp>> {
+        ops::audit::candidates(&self.pool, sel, tombstones).await
+    }
+
+    async fn run_material(&self, stamp: &RunStamp) -> Result<Option<RunMaterial>> {
+        ops::audit::material(&self.pool, &self.st, stamp).await
+    }
+
+    async fn slim_runs(&self, runs: &[RunMaterial], archive_file: &str, now: i64) -> Result<u64> {
+        ops::audit::slim(&self.cx(), runs, archive_file, now).await
+    }
+
+    async fn scrub_effect_bodies(&self, limit: i64, now: i64) -> Result<u64> {
+        ops::audit::scrub(&self.cx(), limit, now).await
+    }
+
+    async fn backup(&self, _dest: &std::path::Path) -> Result<()> {
+        Err(super::StoreError::Unsupported(
+            super::backup::PG_BACKUP_PROCEDURE.into(),
+        ))
     }
 
     async fn close(&self) {

@@ -93,6 +93,12 @@ pub struct Statements {
     pub ops: super::ops_sql::OpsStatements,
     /// Dead letters and replay jobs (issue 6, branch dlq).
     pub deadletter: super::deadletter_sql::DeadLetterStatements,
+    // Audit integrity, retention and redaction (issue 6: audit).
+    /// Checkpoint, verification and retention statements.
+    pub audit: super::audit_sql::AuditStatements,
+    /// The redaction rules every write applies before storage. Carried with
+    /// the statements because every write path already receives them.
+    pub redactor: std::sync::Arc<crate::audit::Redactor>,
 }
 
 impl Statements {
@@ -195,6 +201,8 @@ impl Statements {
             outbox: super::outbox_sql::OutboxStatements::new(dialect),
             ops: super::ops_sql::OpsStatements::new(dialect),
             deadletter: super::deadletter_sql::DeadLetterStatements::new(dialect),
+            audit: super::audit_sql::AuditStatements::new(dialect),
+            redactor: std::sync::Arc::new(crate::audit::Redactor::none()),
             insert_token: "INSERT INTO api_tokens (digest, subject, scopes, roles, created_at) \
                  VALUES ($1, $2, $3, $4, $5) ON CONFLICT (digest) DO NOTHING"
                 .into(),
@@ -267,8 +275,9 @@ macro_rules! ledger_ops {
             run: &Run,
             kind: Move,
             actor: &str,
-            detail: Value,
+            mut detail: Value,
         ) -> Result<()> {
+            st.redactor.value(run.namespace.as_str(), &mut detail);
             let entry = AuditEntry {
                 namespace: run.namespace.to_string(),
                 key: run.key.to_string(),
@@ -494,6 +503,9 @@ macro_rules! ledger_ops {
         ) -> Result<()> {
             let headers =
                 serde_json::to_string(&event.headers).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            // The stored delivery is evidence: redacted when rules apply
+            // (the forward effect carries the verbatim bytes to deliver).
+            let redacted = st.redactor.body(&event.source, &event.body);
             sqlx::query(&st.insert_raw_event)
                 .bind(&event.id)
                 .bind(&event.source)
@@ -503,7 +515,7 @@ macro_rules! ledger_ops {
                 .bind(event.payload_hash.as_str())
                 .bind(&event.content_type)
                 .bind(headers)
-                .bind(&event.body)
+                .bind(redacted.as_deref().unwrap_or(&event.body))
                 .bind(event.received_at)
                 .execute(&mut **tx)
                 .await?;
@@ -625,6 +637,15 @@ macro_rules! ledger_ops {
             detail: Value,
             effects: &[NewEffect],
         ) -> Result<Moved> {
+            let mut fields = fields;
+            if let Some(result) = &fields.result {
+                if cx.st.redactor.applies(call.namespace.as_str()) {
+                    if let Ok(mut value) = serde_json::from_str::<Value>(result) {
+                        cx.st.redactor.value(call.namespace.as_str(), &mut value);
+                        fields.result = Some(value.to_string());
+                    }
+                }
+            }
             let mut tx = cx.write.begin().await?;
             let updated = sqlx::query_as::<_, RunRow>(&cx.st.finish[&kind])
                 .bind(cx.now)

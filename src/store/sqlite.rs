@@ -15,13 +15,17 @@ use sqlx::SqlitePool;
 
 use super::sql::{Dialect, Statements};
 use super::{OpenDeadLetters, Result, Store, StoreOptions, StoredToken};
+use crate::audit::checkpoint::{ChainHead, Checkpoint, CheckpointWrite, HeadRow};
 use crate::audit::AuditRecord;
+use crate::audit::{ChainAnchor, ScanRow, Verification};
 use crate::clock::SharedClock;
 use crate::ingress::RawEvent;
 use crate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Moved, Namespace, OwnerCall, OwnerMove, Run,
 };
+use crate::ops::retention::{RunMaterial, RunStamp, Selection};
 use crate::outbox::{ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffect, Recorded};
+use futures_util::stream::BoxStream;
 use serde_json::Value;
 // Dead letters and replay (issue 6, branch dlq).
 use crate::deadletter::{
@@ -36,6 +40,7 @@ mod ops {
     crate::deadletter_ops!(sqlx::Sqlite);
     crate::replay_ops!(sqlx::Sqlite);
     crate::replace_ops!(sqlx::Sqlite);
+    crate::audit_ops!(sqlx::Sqlite);
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
@@ -78,7 +83,10 @@ impl SqliteStore {
         Ok(Self {
             write,
             read,
-            st: Statements::new(Dialect::Sqlite),
+            st: Statements {
+                redactor: options.redaction.clone(),
+                ..Statements::new(Dialect::Sqlite)
+            },
             clock: options.clock,
         })
     }
@@ -227,6 +235,86 @@ impl Store for SqliteStore {
 
     async fn open_dead_letters(&self) -> Result<Vec<OpenDeadLetters>> {
         ops::gauges::open_dead_letters(&self.cx()).await
+    }
+
+    // ---- Audit integrity, retention and backup (issue 6: audit) ----
+
+    fn head_scan(&self) -> BoxStream<'_, Result<HeadRow>> {
+        ops::audit::head_scan(&self.read, &self.st)
+    }
+
+    fn audit_scan<'a>(&'a self, namespace: Option<&'a str>) -> BoxStream<'a, Result<ScanRow>> {
+        ops::audit::audit_scan(&self.read, &self.st, namespace)
+    }
+
+    fn checkpointed_heads(&self) -> BoxStream<'_, Result<ChainHead>> {
+        ops::audit::heads(&self.read, &self.st)
+    }
+
+    async fn checkpoints(&self) -> Result<Vec<Checkpoint>> {
+        ops::audit::checkpoints(&self.read, &self.st, false).await
+    }
+
+    async fn latest_checkpoint(&self) -> Result<Option<Checkpoint>> {
+        Ok(ops::audit::checkpoints(&self.read, &self.st, true)
+            .await?
+            .pop())
+    }
+
+    async fn commit_checkpoint(&self, write: &CheckpointWrite) -> Result<bool> {
+        ops::audit::commit_checkpoint(&self.cx(), write).await
+    }
+
+    async fn chain_anchor(&self, namespace: &str, key: &str) -> Result<ChainAnchor> {
+        ops::audit::chain_anchor(&self.read, &self.st, namespace, key).await
+    }
+
+    async fn record_verification(&self, verification: &Verification) -> Result<()> {
+        ops::audit::record_verification(&self.write, &self.st, verification).await
+    }
+
+    async fn last_verification(&self) -> Result<Option<Verification>> {
+        ops::audit::last_verification(&self.read, &self.st).await
+    }
+
+    async fn take_job(&self, name: &str, owner: &str, lease_ms: i64) -> Result<bool> {
+        ops::audit::take_job(
+            &self.write,
+            &self.st,
+            name,
+            owner,
+            lease_ms,
+            self.clock.now_ms(),
+        )
+        .await
+    }
+
+    async fn release_job(&self, name: &str, owner: &str) -> Result<()> {
+        ops::audit::release_job(&self.write, &self.st, name, owner).await
+    }
+
+    async fn retention_candidates(
+        &self,
+        sel: &Selection,
+        tombstones: bool,
+    ) -> Result<Vec<RunStamp>> {
+        ops::audit::candidates(&self.read, sel, tombstones).await
+    }
+
+    async fn run_material(&self, stamp: &RunStamp) -> Result<Option<RunMaterial>> {
+        ops::audit::material(&self.read, &self.st, stamp).await
+    }
+
+    async fn slim_runs(&self, runs: &[RunMaterial], archive_file: &str, now: i64) -> Result<u64> {
+        ops::audit::slim(&self.cx(), runs, archive_file, now).await
+    }
+
+    async fn scrub_effect_bodies(&self, limit: i64, now: i64) -> Result<u64> {
+        ops::audit::scrub(&self.cx(), limit, now).await
+    }
+
+    async fn backup(&self, dest: &std::path::Path) -> Result<()> {
+        super::backup::sqlite(&self.read, dest).await
     }
 
     async fn close(&self) {

@@ -398,6 +398,7 @@ async fn sqlite_sets_wal_and_full_sync_on_every_pooled_connection() {
         busy_timeout_ms: 5_000,
         clock: Arc::new(SystemClock),
         use_db_clock: false,
+        redaction: Default::default(),
     };
     let store = oncegate::store::sqlite::SqliteStore::connect(&db.url, options)
         .await

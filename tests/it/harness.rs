@@ -98,11 +98,23 @@ impl TestDb {
     }
 
     pub async fn store(&self, clock: SharedClock, use_db_clock: bool) -> SharedStore {
+        self.store_redacting(clock, use_db_clock, Default::default())
+            .await
+    }
+
+    /// A store that applies these redaction rules before storage.
+    pub async fn store_redacting(
+        &self,
+        clock: SharedClock,
+        use_db_clock: bool,
+        redaction: Arc<oncegate::audit::Redactor>,
+    ) -> SharedStore {
         let options = StoreOptions {
             max_connections: 3,
             busy_timeout_ms: 5_000,
             clock,
             use_db_clock,
+            redaction,
         };
         let store = store::connect(&self.url, options).await.unwrap();
         store.migrate().await.unwrap();
@@ -123,6 +135,25 @@ impl TestDb {
                 c.close().await.unwrap();
             }
         }
+    }
+
+    /// Runs a raw `SELECT` of one text column (NULL as "").
+    pub async fn texts(&self, sql: &str) -> Vec<String> {
+        let rows: Vec<Option<String>> = match self.backend {
+            Backend::Sqlite => {
+                let mut c = sqlx::SqliteConnection::connect(&self.url).await.unwrap();
+                let rows = sqlx::query_scalar(sql).fetch_all(&mut c).await.unwrap();
+                c.close().await.unwrap();
+                rows
+            }
+            Backend::Postgres => {
+                let mut c = sqlx::PgConnection::connect(&self.url).await.unwrap();
+                let rows = sqlx::query_scalar(sql).fetch_all(&mut c).await.unwrap();
+                c.close().await.unwrap();
+                rows
+            }
+        };
+        rows.into_iter().map(Option::unwrap_or_default).collect()
     }
 
     /// Counts rows with a raw `SELECT COUNT(*) …`.
@@ -197,6 +228,7 @@ async fn create_pg_database(name: &str) {
             busy_timeout_ms: 1_000,
             clock: Arc::new(SystemClock),
             use_db_clock: true,
+            redaction: Default::default(),
         };
         let store = store::connect(&pg_url_for(&building), options)
             .await
@@ -294,7 +326,9 @@ impl TestApp {
         config.dispatcher.enabled = false;
         adjust(&mut config);
         let clock: SharedClock = Arc::new(SystemClock);
-        let store = db.store(clock.clone(), true).await;
+        let store = db
+            .store_redacting(clock.clone(), true, Arc::new(config.redactor()))
+            .await;
         let (state, bootstrap) = cli::build_state(config, store.clone(), clock)
             .await
             .unwrap();

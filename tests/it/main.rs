@@ -4,6 +4,8 @@
 //! `scripts/test` starts it when it is not running.
 
 mod api;
+mod audit; // issue 6: audit
+mod backup; // issue 6: audit
 mod conformance;
 // Dead letters and replay (issue 6, branch dlq).
 mod deadletter_actions;
@@ -16,6 +18,8 @@ mod dispatch_process;
 mod harness;
 mod ingress;
 mod process;
+mod redaction; // issue 6: audit
+mod retention; // issue 6: audit
 mod target;
 // ops: metrics and logs
 mod logs;

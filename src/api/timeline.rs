@@ -1,0 +1,70 @@
+//! `GET /v1/runs/timeline`: one key's audit answers (DESIGN.md §8).
+//!
+//! Did we process this key (claims and states), did we send (effects with
+//! attempts and external ids), who approved (gate decisions with their
+//! actor), which model drafted (recorded outputs with provider, model and
+//! revision), and every raw event with its hash-chain status.
+
+use axum::extract::{Query, State};
+use axum::routing::get;
+use axum::{middleware, Json, Router};
+
+use super::error::{ApiError, Result};
+use super::runs::RunRef;
+use super::{auth, AppState};
+use crate::audit::check_one;
+use crate::audit::timeline::{build, Material, Timeline};
+use crate::ledger::{IdempotencyKey, Namespace};
+
+pub(super) fn router(state: AppState) -> Router<AppState> {
+    Router::new()
+        .route("/v1/runs/timeline", get(timeline))
+        .route_layer(middleware::from_fn_with_state(
+            state,
+            auth::workflow_or_operator,
+        ))
+}
+
+/// One key's history, arranged to answer the four audit questions.
+#[utoipa::path(get, path = "/v1/runs/timeline", tag = "audit", params(RunRef),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The key's timeline; `chain.ok` says whether its hash chain verifies", body = Timeline),
+        (status = 400, description = "Malformed namespace or key", body = super::Problem),
+        (status = 404, description = "No run and no audit event under this key", body = super::Problem),
+    ))]
+pub(super) async fn timeline(
+    State(app): State<AppState>,
+    query: std::result::Result<Query<RunRef>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Timeline>> {
+    let Query(q) = query.map_err(|e| ApiError::Invalid {
+        field: None,
+        detail: e.body_text(),
+    })?;
+    let namespace = Namespace::parse(q.namespace)?;
+    let key = IdempotencyKey::parse(q.key)?;
+    let store = &app.store;
+    let run = store.get_run(&namespace, &key).await?;
+    let events = store.audit_trail(&namespace, &key).await?;
+    if run.is_none() && events.is_empty() {
+        return Err(ApiError::NotFound(format!(
+            "no run and no audit event with key {key} in namespace {namespace}"
+        )));
+    }
+    let mut effects = Vec::new();
+    for effect in store.effects_of(&namespace, &key).await? {
+        let attempts = store.attempts(&effect.id).await?;
+        effects.push((effect, attempts));
+    }
+    let anchor = store.chain_anchor(namespace.as_str(), key.as_str()).await?;
+    let problem = check_one(namespace.as_str(), key.as_str(), events.clone(), &anchor);
+    Ok(Json(build(Material {
+        namespace: namespace.to_string(),
+        key: key.to_string(),
+        run,
+        head: anchor.run.map(|(seq, head, _)| (seq, head)),
+        effects,
+        events,
+        problem,
+    })))
+}

@@ -1,0 +1,176 @@
+//! One retention sweep (see [`super::retention`] for the rules): scrub
+//! delivered bodies, archive and slim terminal runs, delete old tombstones
+//! with a checkpoint. `serve` runs it every `retention.interval_secs`;
+//! `oncegate retention run [--dry-run]` runs it once.
+
+use std::path::Path;
+
+use super::archive;
+use super::retention::{RetentionConfig, RunMaterial, Selection, SweepReport};
+use crate::audit::checkpoint::Removal;
+use crate::audit::{write_checkpoint, CheckpointReason, Redactor};
+use crate::clock::Millis;
+use crate::store::{Store, StoreError};
+
+/// Bodies scrubbed per statement batch.
+const SCRUB_BATCH: i64 = 500;
+
+/// Most batches one selection may take in one sweep (a guard against a
+/// batch that keeps coming back unslimmed).
+const MAX_BATCHES: usize = 10_000;
+
+/// Why a sweep stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    /// The database failed.
+    #[error("retention: database error")]
+    Store(#[from] StoreError),
+    /// An archive file could not be written (nothing was slimmed).
+    #[error("retention: cannot write the archive in {dir}")]
+    Archive {
+        /// The archive directory.
+        dir: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Runs one sweep at `now`. A dry run writes nothing and counts what a
+/// sweep would archive and delete (up to 100 000 runs per window).
+///
+/// # Errors
+/// [`SweepError`]; work committed before the error stays done.
+pub async fn sweep(
+    store: &dyn Store,
+    config: &RetentionConfig,
+    redactor: &Redactor,
+    now: Millis,
+    dry_run: bool,
+) -> Result<SweepReport, SweepError> {
+    let mut report = SweepReport {
+        dry_run,
+        ..SweepReport::default()
+    };
+    if !dry_run {
+        loop {
+            let n = store.scrub_effect_bodies(SCRUB_BATCH, now).await?;
+            report.scrubbed += n;
+            if n < SCRUB_BATCH as u64 {
+                break;
+            }
+        }
+    }
+    for sel in config.selections(now, false) {
+        archive_window(store, config, redactor, &sel, now, &mut report).await?;
+    }
+    for sel in config.selections(now, true) {
+        delete_tombstones(store, &sel, now, &mut report).await?;
+    }
+    Ok(report)
+}
+
+fn counting(sel: &Selection) -> Selection {
+    Selection {
+        limit: 100_000,
+        ..sel.clone()
+    }
+}
+
+async fn archive_window(
+    store: &dyn Store,
+    config: &RetentionConfig,
+    redactor: &Redactor,
+    sel: &Selection,
+    now: Millis,
+    report: &mut SweepReport,
+) -> Result<(), SweepError> {
+    if report.dry_run {
+        report.archived += store
+            .retention_candidates(&counting(sel), false)
+            .await?
+            .len() as u64;
+        return Ok(());
+    }
+    for _ in 0..MAX_BATCHES {
+        let stamps = store.retention_candidates(sel, false).await?;
+        if stamps.is_empty() {
+            break;
+        }
+        let mut materials: Vec<RunMaterial> = Vec::with_capacity(stamps.len());
+        for stamp in &stamps {
+            if let Some(mut m) = store.run_material(stamp).await? {
+                archive::redact(redactor, &mut m);
+                materials.push(m);
+            }
+        }
+        let lines: Vec<_> = materials.iter().map(|m| archive::line(m, now)).collect();
+        let path = write(&config.archive_dir, lines, now).await?;
+        let file = path.display().to_string();
+        report.archived += materials.len() as u64;
+        let slimmed = store.slim_runs(&materials, &file, now).await?;
+        report.slimmed += slimmed;
+        report.files.push(file);
+        tracing::info!(runs = slimmed, file = %path.display(), "archived runs and slimmed them to tombstones");
+        if slimmed == 0 || (stamps.len() as i64) < sel.limit {
+            break;
+        }
+    }
+    Ok(())
+}
+
+async fn write(
+    dir: &Path,
+    lines: Vec<serde_json::Value>,
+    now: Millis,
+) -> Result<std::path::PathBuf, SweepError> {
+    let owned = dir.to_owned();
+    let result = tokio::task::spawn_blocking(move || archive::write_batch(&owned, &lines, now))
+        .await
+        .map_err(std::io::Error::other)
+        .and_then(|r| r);
+    result.map_err(|source| SweepError::Archive {
+        dir: dir.display().to_string(),
+        source,
+    })
+}
+
+async fn delete_tombstones(
+    store: &dyn Store,
+    sel: &Selection,
+    now: Millis,
+    report: &mut SweepReport,
+) -> Result<(), SweepError> {
+    if report.dry_run {
+        report.tombstones_deleted += store
+            .retention_candidates(&counting(sel), true)
+            .await?
+            .len() as u64;
+        return Ok(());
+    }
+    for _ in 0..MAX_BATCHES {
+        let stamps = store.retention_candidates(sel, true).await?;
+        if stamps.is_empty() {
+            break;
+        }
+        let removals: Vec<Removal> = stamps
+            .iter()
+            .map(|s| Removal {
+                namespace: s.namespace.clone(),
+                key: s.key.clone(),
+                cutoff: sel.cutoff,
+            })
+            .collect();
+        let done = write_checkpoint(store, CheckpointReason::Retention, &removals, now).await?;
+        report.tombstones_deleted += removals.len() as u64;
+        tracing::info!(
+            tombstones = removals.len(),
+            checkpoint = done.checkpoint.id,
+            "deleted tombstones past their window, with an audit checkpoint"
+        );
+        if (stamps.len() as i64) < sel.limit {
+            break;
+        }
+    }
+    Ok(())
+}

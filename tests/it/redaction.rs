@@ -1,0 +1,218 @@
+//! Redaction on both backends: a configured field's value never reaches a
+//! table (every column of every table is dumped as text and searched, in
+//! plain and hex form), except the verbatim body an effect must forward,
+//! and that one only until the effect is done and the sweeper ran; the
+//! archive files never hold it either.
+
+use oncegate::clock::{Clock, SystemClock};
+use oncegate::config::Config;
+use oncegate::ops::retention::{RetentionConfig, DAY_MS};
+use oncegate::ops::sweeper::sweep;
+use serde_json::{json, Value};
+
+use crate::harness::{on_both_backends, Backend, TestApp, TestDb};
+use crate::ingress::{deliver, stripe_signature, SECRET};
+use crate::target::{Behaviour, MockTarget};
+
+const EMAIL: &str = "who-is-this@example.com";
+const CARD: &str = "card-9876-5432";
+
+/// Every `table.column` whose text holds `needle` (or its hex).
+pub async fn columns_holding(db: &TestDb, needle: &str) -> Vec<String> {
+    let hex = hex::encode(needle);
+    let upper = hex.to_uppercase();
+    let pg = db.backend == Backend::Postgres;
+    let tables_sql = if pg {
+        "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public'"
+    } else {
+        "SELECT name FROM sqlite_master WHERE type = 'table'"
+    };
+    let columns_sql = |t: &str| {
+        if pg {
+            format!(
+                "SELECT column_name::text FROM information_schema.columns \
+                 WHERE table_schema = 'public' AND table_name = '{t}'"
+            )
+        } else {
+            format!("SELECT name FROM pragma_table_info('{t}')")
+        }
+    };
+    let cast = |t: &str, c: &str| {
+        if pg {
+            format!("SELECT \"{c}\"::text FROM \"{t}\"")
+        } else {
+            // hex() reads text and blobs alike, whatever their bytes.
+            format!("SELECT hex(\"{c}\") FROM \"{t}\"")
+        }
+    };
+    let mut found = Vec::new();
+    for table in db.texts(tables_sql).await {
+        for column in db.texts(&columns_sql(&table)).await {
+            let values = db.texts(&cast(&table, &column)).await;
+            if values
+                .iter()
+                .any(|v| v.contains(needle) || v.contains(&hex) || v.contains(&upper))
+            {
+                found.push(format!("{table}.{column}"));
+            }
+        }
+    }
+    found
+}
+
+fn configure(base: String, archive: std::path::PathBuf) -> impl FnOnce(&mut Config) {
+    move |config: &mut Config| {
+        let parsed: Config = toml::from_str(&format!(
+            "[[targets]]\nname = \"n8n\"\nbase_url = \"{base}/webhook\"\nkind = \"workflow\"\n\
+             [[targets]]\nname = \"crm_api\"\nbase_url = \"{base}\"\n\
+             [[sources]]\nname = \"stripe\"\nscheme = \"stripe\"\nsecrets = [\"{SECRET}\"]\n\
+             target = \"n8n\"\npath = \"/stripe-events\"\n\
+             [[operations]]\nname = \"send_email\"\ngate = \"none\"\n\
+             [[redact]]\nnamespace = \"stripe\"\npointers = [\"/data/object/customer_email\"]\n\
+             fields = [\"card_last4\"]\n"
+        ))
+        .unwrap();
+        config.targets = parsed.targets;
+        config.sources = parsed.sources;
+        config.operations = parsed.operations;
+        config.redact = parsed.redact;
+        config.retention = RetentionConfig {
+            archive_dir: archive,
+            ..RetentionConfig::default()
+        };
+    }
+}
+
+fn event(id: &str, email: &str) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "id": id, "type": "customer.updated",
+        "data": { "object": { "id": "cus_1", "customer_email": email, "card_last4": CARD } },
+    }))
+    .unwrap()
+}
+
+async fn signed(app: &TestApp, body: &[u8]) -> (u16, Value) {
+    let sig = stripe_signature(SECRET, chrono::Utc::now().timestamp(), body);
+    deliver(app, "stripe", body, &[("stripe-signature", sig)]).await
+}
+
+async fn redacted_fields_never_reach_a_table(backend: Backend) {
+    let mock = MockTarget::start().await;
+    let echo = String::from_utf8(event("evt_echo", EMAIL)).unwrap();
+    mock.on_path("/webhook/stripe-events", Behaviour::json(200, &echo));
+    mock.on_path(
+        "/fail",
+        Behaviour::Respond {
+            status: 400,
+            headers: vec![("content-type".into(), "text/html".into())],
+            body: format!("<p>no customer {EMAIL}</p>"),
+        },
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn_with(
+        backend,
+        configure(mock.base_url(), dir.path().join("archive")),
+    )
+    .await;
+
+    // A delivery (forwarded to a target that echoes it), then a conflicting
+    // redelivery (quarantined as evidence).
+    assert_eq!(signed(&app, &event("evt_1", EMAIL)).await.0, 200);
+    let (_, q) = signed(&app, &event("evt_1", "other-person@example.com")).await;
+    assert_eq!(q["quarantined"], true);
+    // A workflow run whose effect fails permanently against an echoing
+    // target, and one that completes with the field in its result.
+    let payload = json!({ "data": { "object": { "customer_email": EMAIL } } });
+    let (_, claim) = app
+        .claim(json!({ "namespace": "stripe", "key": "biz:1", "payload": payload }))
+        .await;
+    let commit = json!({ "namespace": "stripe", "key": "biz:1", "lease": claim["lease"],
+        "result": { "data": { "object": { "customer_email": EMAIL } }, "card_last4": CARD },
+        "effects": [{ "operation": "send_email", "effect_type": "send_email", "target": "crm_api",
+                      "path": "/fail", "body": { "data": { "object": { "customer_email": EMAIL } } } }] });
+    assert_eq!(
+        app.post("/v1/runs/commit", Some(&app.workflow), &commit)
+            .await
+            .0,
+        200
+    );
+    let (_, claim) = app
+        .claim(json!({ "namespace": "stripe", "key": "biz:2", "payload": {} }))
+        .await;
+    let complete = json!({ "namespace": "stripe", "key": "biz:2", "lease": claim["lease"],
+        "result": { "nested": [{ "card_last4": CARD }], "data": { "object": { "customer_email": EMAIL } } } });
+    assert_eq!(
+        app.post("/v1/runs/complete", Some(&app.workflow), &complete)
+            .await
+            .0,
+        200
+    );
+    let dispatcher = app.dispatcher();
+    for _ in 0..3 {
+        dispatcher.dispatch_once().await.unwrap();
+    }
+    assert_eq!(mock.requests().len(), 2);
+    let (_, run) = app.get_run("stripe", "biz:1").await;
+    assert_eq!(run["state"], "dead_lettered");
+
+    // Only the bodies kept to be forwarded hold the value, nothing else.
+    for needle in [EMAIL, CARD] {
+        assert_eq!(
+            columns_holding(&app.db, needle).await,
+            ["effects.body"],
+            "{needle}"
+        );
+    }
+    // The operator resolves the dead letters (the dlq part's move, done by
+    // hand here); the sweeper scrubs what is no longer needed verbatim.
+    app.db
+        .exec("UPDATE runs SET state = 'failed_terminal' WHERE run_key = 'biz:1'")
+        .await;
+    app.db
+        .exec("UPDATE dead_letters SET resolved_at = 1, resolution = 'rejected'")
+        .await;
+    let redactor = app.state.config.redactor();
+    let retention = &app.state.config.retention;
+    let now = SystemClock.now_ms();
+    let r = sweep(app.store.as_ref(), retention, &redactor, now, false)
+        .await
+        .unwrap();
+    assert_eq!(r.scrubbed, 2);
+    for needle in [EMAIL, CARD, "other-person@example.com"] {
+        assert_eq!(
+            columns_holding(&app.db, needle).await,
+            Vec::<String>::new(),
+            "{needle}"
+        );
+    }
+    let (_, run) = app.get_run("stripe", "biz:2").await;
+    assert_eq!(
+        run["result"]["data"]["object"]["customer_email"],
+        "[redacted]"
+    );
+    assert_eq!(run["result"]["nested"][0]["card_last4"], "[redacted]");
+
+    // Archived, nothing holds it either: not the tables, not the files.
+    let r = sweep(
+        app.store.as_ref(),
+        retention,
+        &redactor,
+        now + 91 * DAY_MS,
+        false,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.slimmed, 3, "{r:?}");
+    let mut archived = String::new();
+    for file in &r.files {
+        archived.push_str(&std::fs::read_to_string(file).unwrap());
+    }
+    assert!(archived.contains("evt_1") && archived.contains("[redacted]"));
+    for needle in [EMAIL, CARD] {
+        assert!(!archived.contains(needle), "{needle} in the archive");
+        assert!(columns_holding(&app.db, needle).await.is_empty());
+    }
+    app.stop().await;
+}
+
+on_both_backends!(redacted_fields_never_reach_a_table);
