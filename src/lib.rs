@@ -51,6 +51,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod approval;
 pub mod audit;
 pub mod cli;
 pub mod clock;
@@ -60,3 +61,4 @@ pub mod ledger;
 pub mod ops;
 pub mod outbox;
 pub mod store;
+pub mod validate;

@@ -26,6 +26,10 @@ use crate::ledger::{
 use crate::outbox::{ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffect};
 use serde_json::Value;
 
+pub mod approval;
+mod approval_ops;
+mod approval_row;
+pub mod approval_sql;
 mod outbox_ops;
 pub mod outbox_sql;
 pub mod postgres;
@@ -75,9 +79,10 @@ pub struct StoredToken {
 }
 
 /// Everything the service keeps. Both backends implement every call with
-/// the same observable behaviour.
+/// the same observable behaviour. Each part's calls beyond the ledger and
+/// outbox live in a supertrait of their own ([`approval::ApprovalStore`]).
 #[async_trait]
-pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+pub trait Store: approval::ApprovalStore + Send + Sync + std::fmt::Debug + 'static {
     /// `"sqlite"` or `"postgres"`.
     fn backend(&self) -> &'static str;
 

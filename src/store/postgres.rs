@@ -26,6 +26,7 @@ use serde_json::Value;
 mod ops {
     crate::ledger_ops!(sqlx::Postgres);
     crate::outbox_ops!(sqlx::Postgres);
+    crate::approval_ops!(sqlx::Postgres);
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
@@ -231,3 +232,5 @@ impl Store for PgStore {
         self.pool.close().await;
     }
 }
+
+crate::impl_approval_store!(PgStore);

@@ -27,6 +27,7 @@ use serde_json::Value;
 mod ops {
     crate::ledger_ops!(sqlx::Sqlite);
     crate::outbox_ops!(sqlx::Sqlite);
+    crate::approval_ops!(sqlx::Sqlite);
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
@@ -215,3 +216,5 @@ impl Store for SqliteStore {
         self.read.close().await;
     }
 }
+
+crate::impl_approval_store!(SqliteStore);

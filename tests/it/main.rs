@@ -4,6 +4,9 @@
 //! `scripts/test` starts it when it is not running.
 
 mod api;
+mod approval_policies;
+mod approval_refusals;
+mod approvals;
 mod conformance;
 mod dispatch;
 mod dispatch_process;
