@@ -96,6 +96,29 @@ pub enum Command {
         /// The new backup file (must not exist).
         file: PathBuf,
     },
+    /// Approval challenges.
+    Approvals {
+        /// The approvals command.
+        #[command(subcommand)]
+        command: ApprovalsCommand,
+    },
+}
+
+/// `oncegate approvals …`.
+#[derive(Debug, Subcommand)]
+pub enum ApprovalsCommand {
+    /// List approval challenges as cards (pending by default).
+    List {
+        /// pending, approved, rejected, expired, escalated, or all.
+        #[arg(long, default_value = "pending")]
+        state: String,
+        /// Most rows.
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `oncegate config …`.
@@ -197,6 +220,26 @@ pub async fn run(command: Command, config: Config) -> Result<()> {
         Command::Audit { command } => crate::ops::commands::audit(command, &config).await,
         Command::Retention { command } => crate::ops::commands::retention(command, &config).await,
         Command::Backup { file } => crate::ops::commands::backup(&file, &config).await,
+        Command::Approvals {
+            command: ApprovalsCommand::List { state, limit, json },
+        } => {
+            let state =
+                api::approvals::state_filter(Some(&state)).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let store = open_store(&config, Arc::new(SystemClock)).await?;
+            store.migrate().await.context("applying migrations")?;
+            let challenges = store.challenges(state, limit.clamp(1, 10_000)).await?;
+            store.close().await;
+            let cards: Vec<api::approvals::ApprovalCard> = challenges
+                .iter()
+                .map(api::approvals::ApprovalCard::from)
+                .collect();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&cards)?);
+            } else {
+                print!("{}", api::approvals::card_table(&cards));
+            }
+            Ok(())
+        }
         Command::Runs {
             command: RunsCommand::Get { namespace, key },
         } => {
@@ -333,7 +376,9 @@ pub async fn build_state(
     };
     let auth = Authenticator::new(&config.tokens, &stored);
     let sources = Sources::prepare(&config).map_err(anyhow::Error::msg)?;
+    let schemas = crate::validate::OutputSchemas::prepare(&config).map_err(anyhow::Error::msg)?;
     let state = AppState {
+        schemas: Arc::new(schemas),
         wake: Arc::new(Notify::new()),
         kill_switch: KillSwitch::new(store.clone()),
         sources: Arc::new(sources),
@@ -359,6 +404,7 @@ pub async fn run_server(
     let grace = Duration::from_millis(state.config.server.shutdown_grace_ms);
     let app = api::router(state);
     let stopped = shutdown.clone();
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     let server =
         axum::serve(listener, app).with_graceful_shutdown(async move { stopped.cancelled().await });
     let mut server = std::pin::pin!(server.into_future());
@@ -428,6 +474,17 @@ pub fn spawn_replay_runner(
     Some(tokio::spawn(runner.run(shutdown)))
 }
 
+/// The approval expiry sweeper of this app (start it with `run`).
+pub fn approval_sweeper(state: &AppState) -> crate::approval::sweeper::Sweeper {
+    crate::approval::sweeper::Sweeper::new(
+        state.store.clone(),
+        state.config.clone(),
+        state.clock.clone(),
+        state.wake.clone(),
+        state.metrics.clone(),
+    )
+}
+
 /// `oncegate serve`.
 ///
 /// # Errors
@@ -437,6 +494,14 @@ pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<()> {
     let store = open_store(&config, clock.clone()).await?;
     store.migrate().await.context("applying migrations")?;
     let listen = config.server.listen;
+    let listener = TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    let mut config = config;
+    if config.server.public_base_url.is_none() && listen.ip().is_loopback() {
+        // Links must name the port actually bound (listen may say :0).
+        config.server.public_base_url = Some(format!("http://{}", listener.local_addr()?));
+    }
     let (state, bootstrap) = build_state(config, store.clone(), clock).await?;
     if let Some(token) = bootstrap {
         println!(
@@ -449,9 +514,6 @@ pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<()> {
     if state.auth.is_empty() {
         tracing::warn!("no API token is usable; every API call will be refused");
     }
-    let listener = TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("binding {listen}"))?;
     tracing::info!(
         address = %listener.local_addr()?,
         database = store.backend(),
@@ -460,6 +522,7 @@ pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<()> {
     let dispatcher = spawn_dispatcher(&state, shutdown.clone()).await?;
     let replayer = spawn_replay_runner(&state, shutdown.clone());
     let maintenance = crate::ops::commands::spawn_maintenance(&state, shutdown.clone())?;
+    let sweeper = tokio::spawn(approval_sweeper(&state).run(shutdown.clone()));
     run_server(listener, state, shutdown.clone()).await?;
     shutdown.cancel();
     let _ = maintenance.await;
@@ -472,6 +535,7 @@ pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<()> {
         // The replay runner finishes its current item and releases its job.
         let _ = replayer.await;
     }
+    let _ = sweeper.await;
     store.close().await;
     tracing::info!("oncegate stopped");
     Ok(())

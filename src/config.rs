@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::ingress::{KeyTemplate, Locator, SchemeName, SourceConfig};
-use crate::outbox::{DispatcherConfig, OperationConfig, TargetConfig};
+use crate::outbox::{DispatcherConfig, GatePolicy, OperationConfig, TargetConfig};
 
 /// Errors found while loading or checking the configuration.
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +85,8 @@ pub struct Config {
     pub redact: Vec<crate::audit::RedactionRule>,
     /// Archiving old runs, slimming them to tombstones, deleting tombstones.
     pub retention: crate::ops::retention::RetentionConfig,
+    /// Approval sessions, single sign-on and the expiry sweeper.
+    pub approvals: crate::approval::ApprovalsConfig,
 }
 
 /// `[server]`.
@@ -99,6 +101,10 @@ pub struct ServerConfig {
     pub request_timeout_ms: u64,
     /// How long shutdown waits for in-flight requests, in milliseconds.
     pub shutdown_grace_ms: u64,
+    /// The address people reach the service at, for approval links
+    /// (`https://…`; plain http only on loopback). Default: the listen
+    /// address when it is loopback.
+    pub public_base_url: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -108,6 +114,7 @@ impl Default for ServerConfig {
             max_body_bytes: 256 * 1024,
             request_timeout_ms: 30_000,
             shutdown_grace_ms: 30_000,
+            public_base_url: None,
         }
     }
 }
@@ -244,6 +251,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("ONCEGATE_MAX_BODY_BYTES", "server.max_body_bytes"),
     ("ONCEGATE_REQUEST_TIMEOUT_MS", "server.request_timeout_ms"),
     ("ONCEGATE_SHUTDOWN_GRACE_MS", "server.shutdown_grace_ms"),
+    ("ONCEGATE_PUBLIC_BASE_URL", "server.public_base_url"),
     ("ONCEGATE_DATABASE_URL", "database.url"),
     (
         "ONCEGATE_DATABASE_MAX_CONNECTIONS",
@@ -403,6 +411,7 @@ impl Config {
             .validate()
             .map_err(|(field, message)| ConfigError::field(field, message))?;
         self.validate_audit()?;
+        self.validate_approvals()?;
         let d = &self.dispatcher;
         if d.batch_size < 1 || d.batch_size > 10_000 {
             return Err(ConfigError::field(
@@ -450,10 +459,12 @@ impl Config {
             let at = format!("operations[{i}]");
             op.validate(&at)
                 .map_err(|(field, message)| ConfigError::field(field, message))?;
-            if op.name == crate::ingress::FORWARD_OPERATION {
+            if op.name == crate::ingress::FORWARD_OPERATION
+                || op.name == crate::approval::CALLBACK_OPERATION
+            {
                 return Err(ConfigError::field(
                     format!("{at}.name"),
-                    "is reserved for ingress forwards",
+                    "is reserved for oncegate's own effects",
                 ));
             }
             if !seen.insert(&op.name) {
@@ -462,6 +473,42 @@ impl Config {
                     format!("{:?} is declared twice", op.name),
                 ));
             }
+        }
+        Ok(())
+    }
+
+    fn validate_approvals(&self) -> Result<(), ConfigError> {
+        self.approvals
+            .validate()
+            .map_err(|(field, message)| ConfigError::field(field, message))?;
+        if let Some(base) = &self.server.public_base_url {
+            let url = url::Url::parse(base).map_err(|e| {
+                ConfigError::field("server.public_base_url", format!("not a URL: {e}"))
+            })?;
+            let loopback = match url.host() {
+                Some(url::Host::Domain(d)) => d == "localhost",
+                Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+                Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+                None => false,
+            };
+            if url.scheme() != "https" && !(url.scheme() == "http" && loopback) {
+                return Err(ConfigError::field(
+                    "server.public_base_url",
+                    "must be https (plain http only for loopback development): approval links are bearer credentials",
+                ));
+            }
+        }
+        let gated = self.operations.iter().any(|op| {
+            matches!(
+                op.gate(),
+                Some(GatePolicy::ApproveBeforeAct | GatePolicy::ApproveByException)
+            )
+        });
+        if gated && crate::approval::public_base(self).is_none() {
+            return Err(ConfigError::field(
+                "server.public_base_url",
+                "operations have approval gates and the service does not listen on loopback: set the https address approval links should use",
+            ));
         }
         Ok(())
     }

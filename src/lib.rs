@@ -59,6 +59,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod approval;
 pub mod audit;
 pub mod cli;
 pub mod clock;
@@ -69,3 +70,4 @@ pub mod ledger;
 pub mod ops;
 pub mod outbox;
 pub mod store;
+pub mod validate;

@@ -169,6 +169,18 @@ pub async fn operator_or_admin(
     require(&app, &[Scope::Operator], req, next).await
 }
 
+/// Middleware for the approvals inbox: approvers and operators.
+///
+/// # Errors
+/// As [`require`].
+pub async fn approver_or_operator(
+    State(app): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    require(&app, &[Scope::Approver, Scope::Operator], req, next).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -99,8 +99,25 @@ const FORBIDDEN_HEADERS: &[&str] = &[
     "content-length",
 ];
 
+/// Which endpoint an effect arrives through: gated operations only through
+/// the gate, ungated ones only through the commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Route {
+    /// `POST /v1/runs/commit`.
+    Commit,
+    /// `POST /v1/runs/gate`.
+    Gate,
+}
+
 impl EffectBody {
-    fn into_new(self, i: usize, app: &AppState, namespace: &str, key: &str) -> Result<NewEffect> {
+    pub(super) fn into_new(
+        self,
+        i: usize,
+        app: &AppState,
+        call: &OwnerCall,
+        route: Route,
+    ) -> Result<NewEffect> {
+        let (namespace, key) = (call.namespace.as_str(), call.key.as_str());
         let field = |f: &str| format!("effects[{i}].{f}");
         let op = app.config.operation(&self.operation).ok_or_else(|| {
             ApiError::invalid(
@@ -111,12 +128,24 @@ impl EffectBody {
                 ),
             )
         })?;
-        if let Some(gate) = op.gate().filter(|g| *g != GatePolicy::None) {
-            return Err(ApiError::Gated(format!(
-                "operation {:?} is gated ({}): send its effects through POST /v1/runs/gate",
-                op.name,
-                gate.as_str()
-            )));
+        match (route, op.gate()) {
+            (Route::Commit, Some(gate)) if gate != GatePolicy::None => {
+                return Err(ApiError::Gated(format!(
+                    "operation {:?} is gated ({}): send its effects through POST /v1/runs/gate",
+                    op.name,
+                    gate.as_str()
+                )));
+            }
+            (Route::Gate, Some(GatePolicy::None)) => {
+                return Err(ApiError::invalid(
+                    field("operation"),
+                    format!(
+                        "operation {:?} has no gate: commit its effects with POST /v1/runs/commit",
+                        op.name
+                    ),
+                ));
+            }
+            _ => {}
         }
         let target = app.config.target(&self.target).ok_or_else(|| {
             ApiError::invalid(
@@ -255,20 +284,7 @@ pub(super) async fn commit(
         lease: body.lease,
     };
     let call: OwnerCall = fields.into_call(&caller.subject)?;
-    let mut effects = Vec::with_capacity(body.effects.len());
-    for (i, effect) in body.effects.into_iter().enumerate() {
-        let new = effect.into_new(i, &app, call.namespace.as_str(), call.key.as_str())?;
-        if effects
-            .iter()
-            .any(|e: &NewEffect| e.effect_type == new.effect_type && e.target == new.target)
-        {
-            return Err(ApiError::invalid(
-                format!("effects[{i}]"),
-                "the same effect_type and target appear twice",
-            ));
-        }
-        effects.push(new);
-    }
+    let effects = parse_effects(body.effects, &app, &call, Route::Commit)?;
     let moved = app
         .store
         .commit(&call, body.result.as_ref(), &effects)
@@ -282,6 +298,31 @@ pub(super) async fn commit(
         run: moved.into(),
         effects: listed.into_iter().map(EffectView::from).collect(),
     }))
+}
+
+/// Checks and converts a request's effects; an effect type and target may
+/// appear once.
+pub(super) fn parse_effects(
+    bodies: Vec<EffectBody>,
+    app: &AppState,
+    call: &OwnerCall,
+    route: Route,
+) -> Result<Vec<NewEffect>> {
+    let mut effects = Vec::with_capacity(bodies.len());
+    for (i, effect) in bodies.into_iter().enumerate() {
+        let new = effect.into_new(i, app, call, route)?;
+        if effects
+            .iter()
+            .any(|e: &NewEffect| e.effect_type == new.effect_type && e.target == new.target)
+        {
+            return Err(ApiError::invalid(
+                format!("effects[{i}]"),
+                "the same effect_type and target appear twice",
+            ));
+        }
+        effects.push(new);
+    }
+    Ok(effects)
 }
 
 /// An effect as the API shows it (never its body or credentials).

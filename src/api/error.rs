@@ -90,6 +90,30 @@ pub enum ApiError {
     /// A replay of a gated operation needs a new approval challenge.
     #[error("{0}")]
     ReplayRequiresApproval(String),
+    /// A state the request needs does not hold (409 with its own slug).
+    #[error("{detail}")]
+    Conflict {
+        /// The problem type slug.
+        slug: &'static str,
+        /// What is missing.
+        detail: String,
+    },
+    /// Model output broke its operation's schema.
+    #[error("the output does not satisfy the operation's schema ({} violations){}", violations.len(),
+        if *exhausted { "; the repair bound is spent and the run failed for good" } else { "" })]
+    OutputInvalid {
+        /// Each violation with its JSON path.
+        violations: Vec<crate::validate::Violation>,
+        /// Which attempt this was.
+        attempt: i64,
+        /// Further invalid outputs allowed before the run fails for good.
+        repairs_left: i64,
+        /// The repair bound was passed: the run is `failed_terminal`.
+        exhausted: bool,
+    },
+    /// An approval decision was refused; nothing was sent.
+    #[error("{0}")]
+    ApprovalRefused(crate::approval::Refusal),
     /// Something on our side failed.
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -116,6 +140,9 @@ impl ApiError {
             Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
             Self::Refused { .. } | Self::ReplayRequiresApproval(_) => StatusCode::CONFLICT,
+            Self::Conflict { .. } => StatusCode::CONFLICT,
+            Self::OutputInvalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::ApprovalRefused(refusal) => refusal_status(refusal),
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -135,6 +162,9 @@ impl ApiError {
             Self::Timeout(_) => "timeout",
             Self::Refused { slug, .. } => slug,
             Self::ReplayRequiresApproval(_) => "replay-requires-approval",
+            Self::Conflict { slug, .. } => slug,
+            Self::OutputInvalid { .. } => "output-invalid",
+            Self::ApprovalRefused(refusal) => refusal.slug(),
             Self::Internal(_) => "internal",
         }
     }
@@ -161,6 +191,33 @@ pub struct Problem {
     /// The run's current fencing version (409).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<i64>,
+    /// Schema violations of model output, each with its JSON path (422).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub violations: Option<Vec<crate::validate::Violation>>,
+    /// Which output attempt this was (422).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<i64>,
+    /// Further invalid outputs allowed before the run fails for good (422).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repairs_left: Option<i64>,
+}
+
+/// The HTTP status of each approval refusal.
+pub fn refusal_status(refusal: &crate::approval::Refusal) -> StatusCode {
+    use crate::approval::Refusal;
+    match refusal {
+        Refusal::NotSignedIn => StatusCode::UNAUTHORIZED,
+        Refusal::Invalid => StatusCode::NOT_FOUND,
+        Refusal::Used(_) => StatusCode::CONFLICT,
+        Refusal::Expired => StatusCode::GONE,
+        Refusal::WrongDecision => StatusCode::BAD_REQUEST,
+        Refusal::NotApprover
+        | Refusal::NotInAudience
+        | Refusal::MissingRole(_)
+        | Refusal::SsoRequired
+        | Refusal::SelfApproval(_)
+        | Refusal::BadCsrf => StatusCode::FORBIDDEN,
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -184,6 +241,22 @@ impl IntoResponse for ApiError {
                 current.as_ref().map(|r| r.version.get()),
             ),
             Self::Refused { state, .. } => (None, state.clone(), None),
+            Self::OutputInvalid {
+                exhausted: true, ..
+            } => (None, Some("failed_terminal".to_owned()), None),
+            _ => (None, None, None),
+        };
+        let (violations, attempt, repairs_left) = match &self {
+            Self::OutputInvalid {
+                violations,
+                attempt,
+                repairs_left,
+                ..
+            } => (
+                Some(violations.clone()),
+                Some(*attempt),
+                Some(*repairs_left),
+            ),
             _ => (None, None, None),
         };
         let problem = Problem {
@@ -194,6 +267,9 @@ impl IntoResponse for ApiError {
             field,
             state,
             version,
+            violations,
+            attempt,
+            repairs_left,
         };
         let mut response = (status, axum::Json(problem)).into_response();
         let headers = response.headers_mut();

@@ -24,12 +24,15 @@ use crate::outbox::KillSwitch;
 use crate::store::SharedStore;
 
 mod admin;
+pub mod approvals;
+pub mod approve;
 pub mod auth;
 mod claims;
 // Dead letters and replay (issue 6, branch dlq).
 mod deadletters;
 mod effects;
 pub mod error;
+mod gate;
 mod health;
 pub mod openapi;
 pub mod runs;
@@ -60,6 +63,8 @@ pub struct AppState {
     pub wake: Arc<tokio::sync::Notify>,
     /// The kill switch as this process sees it (shared with its dispatcher).
     pub kill_switch: KillSwitch,
+    /// Compiled output schemas of the operations (the AI step contract).
+    pub schemas: Arc<crate::validate::OutputSchemas>,
 }
 
 /// The whole HTTP application.
@@ -73,6 +78,9 @@ pub fn router(state: AppState) -> Router {
         // Dead letters and replay (issue 6, branch dlq).
         .merge(deadletters::router(state.clone()))
         .merge(timeline::router(state.clone()))
+        .merge(gate::router(state.clone()))
+        .merge(approvals::router(state.clone()))
+        .merge(approve::router())
         .merge(crate::ingress::router())
         .merge(health::router())
         .merge(openapi::router())

@@ -55,6 +55,10 @@ pub struct ReplayCommand {
     pub retain_ms: i64,
     /// The bulk job item this replay is, if any.
     pub job_item: Option<JobItemRef>,
+    /// For a gated operation: the new approval challenge the run waits on
+    /// (`dead_lettered → awaiting_human`); its effects are re-queued only
+    /// when it is approved.
+    pub challenge: Option<crate::approval::NewChallenge>,
 }
 
 /// `replace`: a new event under a new upstream key, linked to the original.

@@ -63,33 +63,70 @@ pub enum ReplayError {
     Store(#[from] StoreError),
 }
 
-/// The gated branch of a replay or replacement (DESIGN.md §7: "goes
-/// through the gate again when the operation is gated"): the run must move
-/// `dead_lettered → awaiting_human` with a new challenge, created in the
-/// same transaction.
-///
-/// Approval challenges belong to the approval module (issue 5); until it
-/// provides challenge creation, this refuses with
-/// [`ReplayRequiresApproval`] and changes nothing. It is the one place the
-/// approval module hooks into.
+/// The gated branch of a replay (DESIGN.md §7: "goes through the gate
+/// again when the operation is gated"): in one transaction the record is
+/// closed as replayed, the run moves `dead_lettered → awaiting_human`, and
+/// a new challenge stages the run's unfinished effects; approving it
+/// re-queues them under the same keys. The new challenge has no link (a
+/// link would have to be stored to be delivered): approvers find it in the
+/// approvals inbox. A gated replacement is refused: the corrected event
+/// should come from upstream under its new key and pass the gate there.
 ///
 /// # Errors
-/// [`ReplayError::RequiresApproval`], always, for now.
+/// [`ReplayError`]; a refusal of the store comes back as `Ok(Refused)`.
 pub async fn replay_gated(
-    _ctx: &ReplayContext,
+    ctx: &ReplayContext,
     dead_letter: &DeadLetter,
     gate: (&str, GatePolicy),
-    _actor: &str,
-    _reason: &str,
-    _job_item: Option<&JobItemRef>,
-    _replacement: Option<&ReplaceCommand>,
+    actor: &str,
+    reason: &str,
+    job_item: Option<&JobItemRef>,
+    replacement: Option<&ReplaceCommand>,
 ) -> Result<ActionOutcome, ReplayError> {
-    Err(ReplayRequiresApproval {
-        dead_letter_id: dead_letter.id.clone(),
-        operation: gate.0.to_owned(),
-        gate: gate.1.as_str(),
+    if replacement.is_some() {
+        return Err(ReplayRequiresApproval {
+            dead_letter_id: dead_letter.id.clone(),
+            operation: gate.0.to_owned(),
+            gate: gate.1.as_str(),
+        }
+        .into());
     }
-    .into())
+    let Some(op) = ctx.config.operation(gate.0) else {
+        return Err(ReplayError::UndeclaredOperation(gate.0.to_owned()));
+    };
+    let corrupt = |e: crate::ledger::InvalidId| StoreError::Corrupt(e.to_string());
+    let ns = Namespace::parse(dead_letter.namespace.clone()).map_err(corrupt)?;
+    let key = IdempotencyKey::parse(dead_letter.key.clone()).map_err(corrupt)?;
+    let staged: Vec<NewEffect> = ctx
+        .store
+        .effects_of(&ns, &key)
+        .await?
+        .into_iter()
+        .filter(|e| {
+            !matches!(
+                e.state,
+                crate::outbox::EffectState::Completed | crate::outbox::EffectState::Cancelled
+            )
+        })
+        .map(|e| e.new)
+        .collect();
+    let card = serde_json::json!({
+        "summary": format!("Replay of dead letter {} ({})", dead_letter.id, dead_letter.class.as_str()),
+        "reason": format!("operator {actor} replayed it: {reason}"),
+        "policy": gate.1.as_str(),
+    });
+    let now = chrono::Utc::now().timestamp_millis();
+    let (mut challenge, _link) = crate::approval::first_challenge(op, staged, None, card, now);
+    challenge.token_hash = None;
+    let cmd = ReplayCommand {
+        id: dead_letter.id.clone(),
+        actor: actor.to_owned(),
+        reason: reason.to_owned(),
+        retain_ms: ctx.config.dead_letters.retain_ms(),
+        job_item: job_item.cloned(),
+        challenge: Some(challenge),
+    };
+    Ok(ctx.store.replay_dead_letter(&cmd).await?)
 }
 
 /// The gated operation among the run's and its effects', if any.

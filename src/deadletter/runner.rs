@@ -131,6 +131,7 @@ impl ReplayRunner {
             reason: job.reason.clone(),
             retain_ms: self.ctx.config.dead_letters.retain_ms(),
             job_item: Some(item_ref.clone()),
+            challenge: None,
         };
         let refused = match replay_one(&self.ctx, cmd).await {
             Ok(ActionOutcome::Refused(Refusal::JobNotRunning)) => return Ok(Next::Halt),

@@ -3,6 +3,8 @@
 
 use serde::Deserialize;
 
+use crate::approval::{ApprovalPolicy, ExceptionPolicy, OutputContract};
+
 /// How an operation's effects are cleared to act.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -49,6 +51,18 @@ pub struct OperationConfig {
     /// default `{namespace}:{key}:{effect_type}`.
     #[serde(default)]
     pub idempotency_key: Option<String>,
+    /// `act_with_window`: seconds effects wait (cancellable) before sending.
+    #[serde(default)]
+    pub window_secs: Option<u64>,
+    /// Who may approve, how, and for how long (human gates).
+    #[serde(default)]
+    pub approval: ApprovalPolicy,
+    /// `approve_by_exception`: eligibility rules and the human sample.
+    #[serde(default)]
+    pub exception: Option<ExceptionPolicy>,
+    /// The JSON Schema model output must satisfy.
+    #[serde(default)]
+    pub output: Option<OutputContract>,
 }
 
 impl OperationConfig {
@@ -93,6 +107,26 @@ impl OperationConfig {
                 "declare the gate (\"none\" for low-risk operations), or mark the operation customer_visible or irreversible".into(),
             ));
         }
+        let gate = self.gate();
+        if gate == Some(GatePolicy::ActWithWindow) && self.window_secs.is_none_or(|w| w == 0) {
+            return Err((
+                format!("{at}.window_secs"),
+                "act_with_window needs a positive window (seconds effects wait, cancellable)"
+                    .into(),
+            ));
+        }
+        if gate == Some(GatePolicy::ApproveByException) && self.exception.is_none() {
+            return Err((
+                format!("{at}.exception"),
+                "approve_by_exception needs [operations.exception] rules and a sample_rate".into(),
+            ));
+        }
+        crate::approval::policy::validate(
+            at,
+            &self.approval,
+            self.exception.as_ref(),
+            self.output.as_ref(),
+        )?;
         if let Some(template) = &self.idempotency_key {
             if !template.contains("{key}") {
                 return Err((

@@ -279,7 +279,13 @@ macro_rules! audit_ops {
                         continue;
                     }
                     slimmed += 1;
-                    for sql in [&st.slim_attempts, &st.slim_effects, &st.slim_dead_letters] {
+                    for sql in [
+                        &st.slim_attempts,
+                        &st.slim_effects,
+                        &st.slim_dead_letters,
+                        &st.slim_challenges,
+                        &st.slim_outputs,
+                    ] {
                         sqlx::query(sql).bind(&s.namespace).bind(&s.key).execute(&mut *tx).await?;
                     }
                     sqlx::query(&st.slim_events)

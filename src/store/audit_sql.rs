@@ -29,6 +29,14 @@ pub const RUN_TABLES: &[(&str, &str)] = &[
         "dead_letters",
         "SELECT * FROM dead_letters WHERE namespace = $1 AND run_key = $2 ORDER BY created_at, id",
     ),
+    (
+        "challenges",
+        "SELECT * FROM challenges WHERE namespace = $1 AND run_key = $2 ORDER BY created_at, id",
+    ),
+    (
+        "run_outputs",
+        "SELECT * FROM run_outputs WHERE namespace = $1 AND run_key = $2 ORDER BY attempt",
+    ),
 ];
 
 /// Terminal states retention may touch; nothing else is ever selected.
@@ -80,6 +88,10 @@ pub struct AuditStatements {
     pub slim_events: String,
     /// Deletes a slimmed run's resolved dead letters. Binds: namespace, key.
     pub slim_dead_letters: String,
+    /// Deletes a slimmed run's approval challenges. Binds: namespace, key.
+    pub slim_challenges: String,
+    /// Deletes a slimmed run's model outputs. Binds: namespace, key.
+    pub slim_outputs: String,
     /// Deletes one archived raw delivery. Binds: id.
     pub slim_raw_event: String,
     /// Replaces one effect's body. Binds: id, body, now.
@@ -195,6 +207,8 @@ impl AuditStatements {
                  AND resolved_at IS NOT NULL"
                 .into(),
             slim_raw_event: "DELETE FROM raw_events WHERE id = $1".into(),
+            slim_challenges: "DELETE FROM challenges WHERE namespace = $1 AND run_key = $2".into(),
+            slim_outputs: "DELETE FROM run_outputs WHERE namespace = $1 AND run_key = $2".into(),
             scrub: "UPDATE effects SET body = $2, redacted_at = $3 \
                  WHERE id = $1 AND redacted_at IS NULL"
                 .into(),

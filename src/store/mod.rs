@@ -43,12 +43,16 @@ mod replay_ops;
 
 pub use ops_sql::OpenDeadLetters;
 
-pub mod ops_sql;
+pub mod approval;
+mod approval_ops;
+mod approval_row;
+pub mod approval_sql;
 mod audit_ops;
 mod audit_row;
 pub mod audit_sql;
 pub mod backup;
 mod json_row;
+pub mod ops_sql;
 mod outbox_ops;
 pub mod outbox_sql;
 pub mod postgres;
@@ -104,9 +108,10 @@ pub struct StoredToken {
 }
 
 /// Everything the service keeps. Both backends implement every call with
-/// the same observable behaviour.
+/// the same observable behaviour. Each part's calls beyond the ledger and
+/// outbox live in a supertrait of their own ([`approval::ApprovalStore`]).
 #[async_trait]
-pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+pub trait Store: approval::ApprovalStore + Send + Sync + std::fmt::Debug + 'static {
     /// `"sqlite"` or `"postgres"`.
     fn backend(&self) -> &'static str;
 

@@ -155,6 +155,10 @@ macro_rules! outbox_ops {
                 verdict: &Verdict,
                 actor: &str,
             ) -> Result<Option<Run>> {
+                if effect.new.operation == $crate::approval::CALLBACK_OPERATION {
+                    // A decision callback reports on its run; it never moves it.
+                    return Ok(None);
+                }
                 let (to, reason, kind) = match verdict {
                     Verdict::Completed { .. } => return complete_run_if_done(tx, cx, effect, actor).await,
                     Verdict::Failed { class: FailClass::Rejected, reason } => {

@@ -5,7 +5,8 @@ use super::sql::{Dialect, EFFECT_COLUMNS, RUN_COLUMNS};
 /// The outbox statements, spelled for one backend.
 #[derive(Debug, Clone)]
 pub struct OutboxStatements {
-    /// Leases due effects of approved runs on enabled targets, one
+    /// Leases due effects of approved runs (and decision callbacks,
+    /// whatever their run's state) on enabled targets, one
     /// statement per state so each walks the `(state, next_attempt_at)`
     /// index in order instead of sorting every due row: `unknown` ones
     /// (reconciliation, few) first, then `pending`.
@@ -22,7 +23,8 @@ pub struct OutboxStatements {
     pub insert_attempt: String,
     /// `sending` effects whose lease expired become `unknown`. Binds: now.
     pub expire: String,
-    /// Completes an approved run with no outstanding effect. Binds: now, namespace, key.
+    /// Completes an approved run with no outstanding effect (callbacks do
+    /// not count). Binds: now, namespace, key.
     pub complete_run: String,
     /// Moves an approved run to `$4` with reason `$5`. Binds: now, namespace, key, state, reason.
     pub fail_run: String,
@@ -59,12 +61,13 @@ impl OutboxStatements {
                          JOIN runs r ON r.namespace = e.namespace AND r.run_key = e.run_key \
                          WHERE e.state = '{state}' AND e.next_attempt_at <= {now} \
                            AND (e.not_before IS NULL OR e.not_before <= {now}) \
-                           AND r.state = 'approved' \
+                           AND (r.state = 'approved' OR e.operation = '{callback}') \
                            AND NOT EXISTS (SELECT 1 FROM action_switches s WHERE s.enabled = 0 \
                                AND (s.scope = '*' OR s.scope = e.target)) \
                          ORDER BY e.next_attempt_at LIMIT $4 {skip_locked}) \
                        AND state = '{state}' \
-                     RETURNING {EFFECT_COLUMNS}"
+                     RETURNING {EFFECT_COLUMNS}",
+                    callback = crate::approval::CALLBACK_OPERATION,
                 )
             }),
             runs_for_send: "SELECT DISTINCT r.namespace, r.run_key, r.version, r.correlation_id \
@@ -97,8 +100,10 @@ impl OutboxStatements {
                      audit_seq = audit_seq + 1, updated_at = {now} \
                  WHERE namespace = $2 AND run_key = $3 AND state = 'approved' \
                    AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.namespace = $2 AND e.run_key = $3 \
-                       AND e.state NOT IN ('completed', 'cancelled')) \
-                 RETURNING {RUN_COLUMNS}"
+                       AND e.state NOT IN ('completed', 'cancelled') \
+                       AND e.operation <> '{callback}') \
+                 RETURNING {RUN_COLUMNS}",
+                callback = crate::approval::CALLBACK_OPERATION,
             ),
             fail_run: format!(
                 "UPDATE runs SET state = $4, prev_state = state, version = version + 1, \

@@ -40,6 +40,7 @@ mod ops {
     crate::replay_ops!(sqlx::Postgres);
     crate::replace_ops!(sqlx::Postgres);
     crate::audit_ops!(sqlx::Postgres);
+    crate::approval_ops!(sqlx::Postgres);
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
@@ -423,3 +424,5 @@ impl Store for PgStore {
         ops::replay::release(&self.cx(), id, owner).await
     }
 }
+
+crate::impl_approval_store!(PgStore);

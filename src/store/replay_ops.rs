@@ -99,14 +99,23 @@ macro_rules! replay_ops {
                     .bind(&dl.key)
                     .fetch_one(&mut *tx)
                     .await?;
-                let mv = if effects == 0 { Move::ReplayRelease } else { Move::ReplayUngated };
-                let requeued = sqlx::query(&cx.st.deadletter.requeue_effects)
-                    .bind(cx.now)
-                    .bind(&dl.namespace)
-                    .bind(&dl.key)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
+                let mv = match (&cmd.challenge, effects) {
+                    (Some(_), _) => Move::ReplayGated,
+                    (None, 0) => Move::ReplayRelease,
+                    (None, _) => Move::ReplayUngated,
+                };
+                // A gated replay re-queues nothing now: the approval does.
+                let requeued = if cmd.challenge.is_some() {
+                    0
+                } else {
+                    sqlx::query(&cx.st.deadletter.requeue_effects)
+                        .bind(cx.now)
+                        .bind(&dl.namespace)
+                        .bind(&dl.key)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected()
+                };
                 let job_id = cmd.job_item.as_ref().map(|i| i.job_id.as_str());
                 let detail = json!({ "dead_letter_id": dl.id, "class": dl.class.as_str(),
                     "reason": cmd.reason, "requeued": requeued, "job_id": job_id,
@@ -115,6 +124,9 @@ macro_rules! replay_ops {
                     let run = run_in(&mut tx, cx.st, &dl.namespace, &dl.key).await?;
                     return refused(tx, cx, cmd, Refusal::RunNotDeadLettered(run.map(|r| r.state))).await;
                 };
+                if let Some(challenge) = &cmd.challenge {
+                    super::approval::insert_challenge(&mut tx, cx.st, &run, challenge, run.updated_at).await?;
+                }
                 if mv == Move::ReplayUngated {
                     // Nothing left to send (every effect finished meanwhile): complete now.
                     let done = sqlx::query_as::<_, RunRow>(&cx.st.outbox.complete_run)

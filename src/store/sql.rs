@@ -99,6 +99,8 @@ pub struct Statements {
     /// The redaction rules every write applies before storage. Carried with
     /// the statements because every write path already receives them.
     pub redactor: std::sync::Arc<crate::audit::Redactor>,
+    /// The approval gate's statements.
+    pub approval: super::approval_sql::ApprovalStatements,
 }
 
 impl Statements {
@@ -144,6 +146,7 @@ impl Statements {
             Move::Complete,
             Move::FailRetryable,
             Move::FailTerminal,
+            Move::Gate,
         ]
         .into_iter()
         // `lease_started_at` stays: with `updated_at` it tells how long the
@@ -203,6 +206,7 @@ impl Statements {
             deadletter: super::deadletter_sql::DeadLetterStatements::new(dialect),
             audit: super::audit_sql::AuditStatements::new(dialect),
             redactor: std::sync::Arc::new(crate::audit::Redactor::none()),
+            approval: super::approval_sql::ApprovalStatements::new(dialect),
             insert_token: "INSERT INTO api_tokens (digest, subject, scopes, roles, created_at) \
                  VALUES ($1, $2, $3, $4, $5) ON CONFLICT (digest) DO NOTHING"
                 .into(),
@@ -290,6 +294,17 @@ macro_rules! ledger_ops {
                 detail,
                 created_at: run.updated_at,
             };
+            append_audit(tx, st, row, &entry).await
+        }
+
+        /// Appends an audit entry at the sequence number the statement that
+        /// returned `row` reserved, and advances the run's chain head.
+        pub(crate) async fn append_audit(
+            tx: &mut Transaction<'static, $db>,
+            st: &Statements,
+            row: &RunRow,
+            entry: &AuditEntry,
+        ) -> Result<()> {
             let hash = entry.chain_hash(row.audit_head.as_deref());
             sqlx::query(&st.insert_audit)
                 .bind(&entry.namespace)
@@ -573,10 +588,7 @@ macro_rules! ledger_ops {
         ) -> Result<Moved> {
             let st = cx.st;
             let Some(row) = updated else {
-                tx.rollback().await?;
-                let current = fetch(cx.read, st, &call.namespace, &call.key).await?;
-                let why = explain_lost(current.as_ref(), &call.lease, cx.clock_now);
-                return Err(StoreError::LostOwnership { current: current.map(Box::new), why });
+                return Err(lost(cx, tx, call).await);
             };
             let run = row.to_run()?;
             record(&mut tx, st, &row, &run, kind, &call.actor, detail).await?;
@@ -586,6 +598,21 @@ macro_rules! ledger_ops {
             tx.commit().await?;
             let lease = run.lease;
             Ok(Moved { run, lease })
+        }
+
+        /// Rolls back an owner call whose compare-and-set found no row and
+        /// explains to the caller why its lease lost the run.
+        pub(crate) async fn lost(cx: &Cx<'_>, tx: Transaction<'static, $db>, call: &OwnerCall) -> StoreError {
+            if let Err(err) = tx.rollback().await {
+                return err.into();
+            }
+            match fetch(cx.read, cx.st, &call.namespace, &call.key).await {
+                Ok(current) => {
+                    let why = explain_lost(current.as_ref(), &call.lease, cx.clock_now);
+                    StoreError::LostOwnership { current: current.map(Box::new), why }
+                }
+                Err(err) => err,
+            }
         }
 
         pub(crate) async fn renew(

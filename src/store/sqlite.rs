@@ -41,6 +41,7 @@ mod ops {
     crate::replay_ops!(sqlx::Sqlite);
     crate::replace_ops!(sqlx::Sqlite);
     crate::audit_ops!(sqlx::Sqlite);
+    crate::approval_ops!(sqlx::Sqlite);
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
@@ -405,3 +406,5 @@ impl Store for SqliteStore {
         ops::replay::release(&self.cx(), id, owner).await
     }
 }
+
+crate::impl_approval_store!(SqliteStore);

@@ -188,68 +188,42 @@ async fn replay_resends_once_under_the_same_key(backend: Backend) {
             "UPDATE dead_letters SET resolved_at = NULL, resolution = NULL WHERE id = '{id}'"
         ))
         .await;
-    let (status, refused) = app
-        .post(
-            &format!("/v1/dead-letters/{id}/replay"),
-            Some(&app.operator),
-            &json!({ "reason": "again" }),
-        )
-        .await;
-    assert_eq!(
-        (status, refused["state"].as_str()),
-        (409, Some("completed")),
-        "{refused}"
-    );
-    assert_eq!(
-        refused["type"],
-        "urn:oncegate:problem:run-not-dead-lettered"
-    );
-    assert_eq!(
-        app.dispatcher().dispatch_once().await.unwrap().leased,
-        0,
-        "nothing re-queued"
-    );
-    assert_eq!(mock.requests().len(), 2);
-    app.stop().await;
-}
-
-async fn gated_replay_needs_a_new_approval(backend: Backend) {
-    let mock = MockTarget::start().await;
-    mock.on_path("/refund", Behaviour::no_commit(400));
-    let app = app_for(backend, &mock).await;
-    // A gated effect enters the outbox only through a gate: put one there
-    // directly, as an approval would.
-    crate::harness::queue_effect(&app.store, "g1", "mock", mock.url("/refund")).await;
-    app.db
-        .exec("UPDATE effects SET operation = 'refund' WHERE run_key = 'g1'")
-        .await;
-    dispatch_until(&app, "g1", "dead_lettered").await;
-    let id = dead_letter_of(&app, "crm", "g1").await["dead_letter"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let (status, refused) = app
+    let (status, replayed) = app
         .post(
             &format!("/v1/dead-letters/{id}/replay"),
             Some(&app.operator),
             &json!({ "reason": "try again" }),
         )
         .await;
-    assert_eq!(
-        (status, refused["type"].as_str()),
-        (409, Some("urn:oncegate:problem:replay-requires-approval")),
-        "{refused}"
-    );
-    assert!(refused["detail"].as_str().unwrap().contains("refund"));
+    assert_eq!(status, 200, "{replayed}");
     let detail = dead_letter_of(&app, "crm", "g1").await;
+    assert_eq!(detail["dead_letter"]["state"], "awaiting_human", "{detail}");
     assert_eq!(
-        (
-            detail["dead_letter"]["state"].as_str(),
-            detail["dead_letter"]["resolved"].as_bool()
-        ),
-        (Some("dead_lettered"), Some(false))
+        detail["effects"][0]["state"], "failed",
+        "nothing re-queued before approval"
     );
-    assert_eq!(detail["effects"][0]["state"], "failed", "nothing re-queued");
+    assert_eq!(app.dispatcher().dispatch_once().await.unwrap().leased, 0);
+    // The new challenge is in the inbox (no link: only its hash could be stored).
+    let challenge = app
+        .db
+        .text("SELECT id FROM challenges WHERE run_key = 'g1' AND state = 'pending' AND token_hash IS NULL")
+        .await;
+    mock.on_path("/refund", Behaviour::status(200));
+    let alice = crate::approvals::Browser::login(&app, &app.approver).await;
+    let page = format!("/approvals/{challenge}");
+    let csrf = crate::approvals::csrf_of(&alice.get(&page).await.1);
+    let (status, body) = alice.decide(&page, "approve", &csrf).await;
+    assert_eq!(status, 200, "{body}");
+    dispatch_until(&app, "g1", "completed").await;
+    let sends = mock
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/refund")
+        .count();
+    assert_eq!(
+        sends, 2,
+        "the failed attempt, then one send after approval with the same key"
+    );
     app.stop().await;
 }
 

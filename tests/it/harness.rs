@@ -157,6 +157,24 @@ impl TestDb {
     }
 
     /// Counts rows with a raw `SELECT COUNT(*) …`.
+    /// The one text value `sql` selects.
+    pub async fn text(&self, sql: &str) -> String {
+        match self.backend {
+            Backend::Sqlite => {
+                let mut c = sqlx::SqliteConnection::connect(&self.url).await.unwrap();
+                let v: String = sqlx::query_scalar(sql).fetch_one(&mut c).await.unwrap();
+                c.close().await.unwrap();
+                v
+            }
+            Backend::Postgres => {
+                let mut c = sqlx::PgConnection::connect(&self.url).await.unwrap();
+                let v: String = sqlx::query_scalar(sql).fetch_one(&mut c).await.unwrap();
+                c.close().await.unwrap();
+                v
+            }
+        }
+    }
+
     pub async fn count(&self, sql: &str) -> i64 {
         match self.backend {
             Backend::Sqlite => {
@@ -324,6 +342,9 @@ impl TestApp {
         config.server.listen = "127.0.0.1:0".parse().unwrap();
         // Tests drive the dispatcher step by step (see `dispatcher`).
         config.dispatcher.enabled = false;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        config.server.public_base_url = Some(base.clone());
         adjust(&mut config);
         let clock: SharedClock = Arc::new(SystemClock);
         let store = db
@@ -336,8 +357,6 @@ impl TestApp {
             bootstrap.is_none(),
             "configured tokens must suppress the bootstrap token"
         );
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();
         let app_state = state.clone();

@@ -4,6 +4,9 @@
 //! `scripts/test` starts it when it is not running.
 
 mod api;
+mod approval_policies;
+mod approval_refusals;
+mod approvals;
 mod audit; // issue 6: audit
 mod backup; // issue 6: audit
 mod conformance;

@@ -162,6 +162,7 @@ pub(in crate::api) async fn replay(
         reason: required_text("reason", body.reason, 2_000)?,
         retain_ms: app.config.dead_letters.retain_ms(),
         job_item: None,
+        challenge: None,
     };
     let outcome = replay_one(&replay_context(&app), cmd)
         .await

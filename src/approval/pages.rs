@@ -1,0 +1,267 @@
+//! The approval pages, server-rendered. Every value is escaped by `maud`
+//! (model output is untrusted text); no script runs, no asset is fetched
+//! from elsewhere, and the security headers forbid both.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use maud::{html, Markup, PreEscaped, DOCTYPE};
+use serde_json::Value;
+
+use super::{Challenge, ChallengeState, Refusal};
+use crate::clock::to_datetime;
+
+const STYLE: &str = "body{font:16px/1.5 system-ui,sans-serif;max-width:56rem;margin:0 auto;padding:1rem;color:#1b1b1b}\
+h1{font-size:1.4rem}table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:.3rem .5rem;border-bottom:1px solid #ddd;vertical-align:top}\
+pre{background:#f5f5f5;padding:.75rem;overflow:auto;white-space:pre-wrap;word-break:break-word}\
+.card{border:1px solid #ccc;border-radius:6px;padding:1rem;margin:1rem 0}.warn{background:#fff4e5;border-color:#f0a020}\
+.bad{background:#fdecea;border-color:#d33}.ok{background:#e8f5e9;border-color:#2e7d32}\
+button{font-size:1rem;padding:.5rem 1rem;margin-right:.5rem}label{display:block;margin:.5rem 0 .2rem}\
+textarea,input[type=password],input[type=text]{width:100%;box-sizing:border-box;font:inherit;padding:.4rem}\
+nav a{margin-right:1rem}";
+
+/// The page frame shared by the approval and console pages.
+pub fn layout(title: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · oncegate" }
+                style { (PreEscaped(STYLE)) }
+            }
+            body { main { (body) } }
+        }
+    }
+}
+
+/// An HTML response with the headers every page carries: no caching (the
+/// page holds a CSRF token), no referrer (the URL may hold an approval
+/// token), no framing, no scripts, nothing fetched from elsewhere.
+pub fn respond(status: StatusCode, page: Markup) -> Response {
+    let mut response = (status, axum::response::Html(page.into_string())).into_response();
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    response
+}
+
+/// The sign-in form.
+pub fn login(next: &str, error: Option<&str>) -> Markup {
+    layout(
+        "Sign in",
+        html! {
+            h1 { "Sign in to oncegate" }
+            @if let Some(error) = error { p.card.bad role="alert" { (error) } }
+            form method="post" action="/login" {
+                input type="hidden" name="next" value=(next);
+                label for="token" { "Approver or operator token" }
+                input #token type="password" name="token" autocomplete="off" required;
+                p { button type="submit" { "Sign in" } }
+            }
+            p { "The token is exchanged once for a session cookie; it is never stored." }
+        },
+    )
+}
+
+/// A refusal: plainly what happened, and that nothing was sent.
+pub fn refusal(refusal: &Refusal, sign_in: Option<&str>) -> Markup {
+    layout(
+        "Not done",
+        html! {
+            h1 { "Nothing was done" }
+            p.card.bad role="alert" { (refusal.to_string()) }
+            p { "No effect was sent and nothing changed." }
+            @if let Some(next) = sign_in {
+                p { a href={ "/login?next=" (urlencode(next)) } { "Sign in" } }
+            }
+        },
+    )
+}
+
+/// The confirmation after a decision.
+pub fn decided(decision: &str, challenge: &Challenge) -> Markup {
+    layout(
+        "Decision recorded",
+        html! {
+            h1 { "Decision recorded: " (decision) }
+            @if decision == "approve" {
+                p.card.ok { "Approved. The effects are queued and go out once, each with its idempotency key." }
+            } @else {
+                p.card.ok { "Rejected. Nothing will be sent; the run is closed as failed_terminal." }
+            }
+            p { "Run " code { (challenge.namespace) " / " (challenge.key) } }
+            p { a href="/approvals" { "Back to the approvals inbox" } }
+        },
+    )
+}
+
+/// What the confirmation page shows besides the challenge.
+#[derive(Debug)]
+pub struct Confirm<'a> {
+    /// The challenge.
+    pub challenge: &'a Challenge,
+    /// The form's action (the link's or the inbox's path).
+    pub action: &'a str,
+    /// The CSRF token for this session and challenge, when the form is offered.
+    pub csrf: Option<String>,
+    /// Why the signed-in person may not decide, if so.
+    pub barred: Option<Refusal>,
+    /// The signed-in person.
+    pub subject: &'a str,
+}
+
+/// The confirmation page: the approval card, then the form. GET renders it
+/// and changes nothing.
+pub fn confirm(view: &Confirm<'_>) -> Markup {
+    let c = view.challenge;
+    let card = |f: &str| c.new.card.get(f).cloned().unwrap_or(Value::Null);
+    let text = |f: &str| card(f).as_str().map(str::to_owned);
+    layout(
+        "Approval",
+        html! {
+            nav { a href="/approvals" { "Approvals inbox" } span { "Signed in as " strong { (view.subject) } } }
+            h1 { "Approve " code { (c.new.operation) } "?" }
+            @if let Some(summary) = text("summary") { p { (summary) } }
+            div.card {
+                table {
+                    tr { th { "Idempotency key" } td { code { (c.namespace) " / " (c.key) } } }
+                    tr { th { "Source record" } td { (source_link(text("source_url").as_deref())) } }
+                    tr { th { "Requested by" } td { (text("requested_by").unwrap_or_else(|| "—".into())) } }
+                    tr { th { "Why a person decides" } td { (text("reason").unwrap_or_else(|| "the operation requires approval before it acts".into())) } }
+                    tr { th { "Expires" } td { (to_datetime(c.new.expires_at).to_rfc3339()) } }
+                    tr { th { "Allowed decisions" } td { @for d in &c.new.decisions { code { (d.as_str()) } " " } } }
+                    tr { th { "State" } td { (c.state.as_str()) } }
+                }
+            }
+            h2 { "Model output (untrusted text)" }
+            (model_section(&card("model"), &card("output"), &card("validation")))
+            h2 { "Proposed effects" }
+            table {
+                tr { th { "Effect" } th { "Target" } th { "Request" } th { "Idempotency key" } }
+                @for e in &c.new.effects {
+                    tr {
+                        td { code { (e.effect_type) } }
+                        td { (e.target) }
+                        td { (e.method) " " (e.url)
+                            @if let Some(body) = &e.body { pre { (preview(&String::from_utf8_lossy(body))) } } }
+                        td { code { (e.idempotency_key) } }
+                    }
+                }
+            }
+            (decision_section(view))
+            h2 { "Re-run protocol" }
+            ol {
+                li { "Retryable recovery: only a failed_retryable run, or one whose processing lease expired, can be claimed again, under the same business key." }
+                li { "No replay of settled keys: failed_terminal, awaiting_human, approved and completed keys answer with their state and never start again." }
+                li { "Correction or replacement: a new business event with its own upstream key, linked to the original, recorded with the operator and reason, through a fresh approval. Never an ad-hoc suffix, never an edit of this run." }
+            }
+        },
+    )
+}
+
+fn decision_section(view: &Confirm<'_>) -> Markup {
+    let c = view.challenge;
+    html! {
+        @if c.state != ChallengeState::Pending {
+            p.card.warn role="status" {
+                "This approval is " strong { (c.state.as_str()) }
+                @if let Some(by) = &c.decided_by { " by " (by) }
+                ". Nothing more can be decided here."
+            }
+        } @else if let Some(barred) = &view.barred {
+            p.card.bad role="alert" { (barred.to_string()) }
+        } @else if let Some(csrf) = &view.csrf {
+            form.card method="post" action=(view.action) {
+                input type="hidden" name="csrf" value=(csrf);
+                label for="reason" { "Reason or note (recorded in the audit log)" }
+                textarea #reason name="reason" rows="2" maxlength="1000" {}
+                p {
+                    @for d in &c.new.decisions {
+                        button type="submit" name="decision" value=(d.as_str()) { (capitalise(d.as_str())) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn model_section(model: &Value, output: &Value, validation: &Value) -> Markup {
+    html! {
+        @if output.is_null() {
+            p { "No model output was recorded for this run." }
+        } @else {
+            p {
+                "Drafted by " code { (model.get("model").and_then(Value::as_str).unwrap_or("?")) }
+                " revision " code { (model.get("revision").and_then(Value::as_str).unwrap_or("?")) }
+                " (" (model.get("provider_class").and_then(Value::as_str).unwrap_or("?")) ")"
+            }
+            pre { (serde_json::to_string_pretty(output).unwrap_or_default()) }
+            @let valid = validation.get("valid").and_then(Value::as_bool).unwrap_or(false);
+            @if valid {
+                p { "Validation: passed (attempt " (validation.get("attempt").and_then(Value::as_i64).unwrap_or(0)) ")." }
+            } @else {
+                p.card.bad { "Validation errors:" pre { (validation.get("violations").map(Value::to_string).unwrap_or_default()) } }
+            }
+        }
+    }
+}
+
+fn source_link(url: Option<&str>) -> Markup {
+    match url {
+        Some(u) if u.starts_with("https://") || u.starts_with("http://") => {
+            html! { a href=(u) rel="noopener noreferrer" { (u) } }
+        }
+        Some(u) => html! { (u) },
+        None => html! { "—" },
+    }
+}
+
+fn preview(body: &str) -> String {
+    const MAX: usize = 4096;
+    match serde_json::from_str::<Value>(body) {
+        Ok(v) => truncate(&serde_json::to_string_pretty(&v).unwrap_or_default(), MAX),
+        Err(_) => truncate(body, MAX),
+    }
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} more bytes)", &text[..end], text.len() - end)
+}
+
+fn capitalise(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
+}
+
+/// Percent-encodes a path for a query parameter.
+pub fn urlencode(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}

@@ -1,0 +1,219 @@
+//! People in the browser: an approver or operator token is exchanged once
+//! for a session cookie (HttpOnly, SameSite=Strict, Secure under https);
+//! only the cookie's SHA-256 is stored. A trusted single-sign-on header is
+//! honoured only on connections from configured proxy addresses.
+
+use std::net::{IpAddr, SocketAddr};
+
+use axum::http::header::COOKIE;
+use axum::http::{HeaderMap, HeaderValue};
+use serde::Deserialize;
+
+use super::challenge::AuthMethod;
+use super::token::Secret;
+use crate::clock::Millis;
+use crate::config::Scope;
+
+/// The session cookie's name.
+pub const COOKIE_NAME: &str = "og_session";
+
+/// `[approvals]`: sessions, single sign-on and the expiry sweeper.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApprovalsConfig {
+    /// How often expired challenges are swept, in milliseconds.
+    pub sweep_interval_ms: u64,
+    /// How long a browser session lasts, in seconds.
+    pub session_ttl_secs: u64,
+    /// The header a trusted proxy puts the signed-in user's name in
+    /// (e.g. `X-Forwarded-User`). Unset: no single sign-on.
+    pub sso_header: Option<String>,
+    /// The header with the user's roles, comma-separated.
+    pub sso_roles_header: Option<String>,
+    /// Scopes a single-sign-on user holds (default: approver).
+    pub sso_scopes: Vec<Scope>,
+    /// Peer addresses whose SSO headers are believed. Any other peer's are
+    /// ignored.
+    pub trusted_proxies: Vec<IpAddr>,
+}
+
+impl Default for ApprovalsConfig {
+    fn default() -> Self {
+        Self {
+            sweep_interval_ms: 5_000,
+            session_ttl_secs: 12 * 3600,
+            sso_header: None,
+            sso_roles_header: None,
+            sso_scopes: vec![Scope::Approver],
+            trusted_proxies: Vec::new(),
+        }
+    }
+}
+
+impl ApprovalsConfig {
+    /// Checks the section.
+    ///
+    /// # Errors
+    /// `(field, message)` for the first bad field.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        if self.sweep_interval_ms < 100 {
+            return Err((
+                "approvals.sweep_interval_ms".into(),
+                "must be at least 100".into(),
+            ));
+        }
+        if self.session_ttl_secs < 60 {
+            return Err((
+                "approvals.session_ttl_secs".into(),
+                "must be at least 60".into(),
+            ));
+        }
+        if self.sso_header.is_some() && self.trusted_proxies.is_empty() {
+            return Err((
+                "approvals.trusted_proxies".into(),
+                "list the proxy addresses allowed to set approvals.sso_header".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The single-sign-on user of a request: only when the peer is a
+    /// trusted proxy and it set the header. Returns subject and roles.
+    pub fn sso_user(
+        &self,
+        peer: Option<SocketAddr>,
+        headers: &HeaderMap,
+    ) -> Option<(String, Vec<String>)> {
+        let header = self.sso_header.as_deref()?;
+        let peer = peer?.ip();
+        if !self.trusted_proxies.contains(&peer) {
+            return None;
+        }
+        let subject = headers.get(header)?.to_str().ok()?.trim();
+        if subject.is_empty() || subject.len() > 255 {
+            return None;
+        }
+        let roles = self
+            .sso_roles_header
+            .as_deref()
+            .and_then(|h| headers.get(h))
+            .and_then(|v| v.to_str().ok())
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|r| !r.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some((subject.to_owned(), roles))
+    }
+}
+
+/// A signed-in person as stored (by the digest of the cookie).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredSession {
+    /// `sha256:<hex>` of the cookie.
+    pub id_hash: String,
+    /// Who.
+    pub subject: String,
+    /// Scope names.
+    pub scopes: Vec<String>,
+    /// Roles.
+    pub roles: Vec<String>,
+    /// How they signed in.
+    pub auth: AuthMethod,
+    /// When it stops working.
+    pub expires_at: Millis,
+}
+
+impl StoredSession {
+    /// Whether the session holds `scope` (admin holds every scope).
+    pub fn has(&self, scope: Scope) -> bool {
+        self.scopes
+            .iter()
+            .any(|s| s == scope.as_str() || s == Scope::Admin.as_str())
+    }
+}
+
+/// The session secret a request's cookie carries, if well-formed.
+pub fn cookie_secret(headers: &HeaderMap) -> Option<Secret> {
+    headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE_NAME)
+        .and_then(|(_, value)| Secret::parse(value.trim()))
+}
+
+/// The `Set-Cookie` value that opens a session.
+pub fn set_cookie(secret: &Secret, secure: bool, max_age_secs: u64) -> HeaderValue {
+    let secure = if secure { "; Secure" } else { "" };
+    HeaderValue::from_str(&format!(
+        "{COOKIE_NAME}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age_secs}{secure}",
+        secret.expose()
+    ))
+    .expect("a base64url secret is a valid header value")
+}
+
+/// The `Set-Cookie` value that ends a session in the browser.
+pub fn clear_cookie(secure: bool) -> HeaderValue {
+    let secure = if secure { "; Secure" } else { "" };
+    HeaderValue::from_str(&format!(
+        "{COOKIE_NAME}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{secure}"
+    ))
+    .expect("static header value")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookie_round_trips_with_strict_attributes() {
+        let secret = Secret::generate();
+        let set = set_cookie(&secret, true, 60);
+        let text = set.to_str().unwrap();
+        assert!(
+            text.contains("HttpOnly")
+                && text.contains("SameSite=Strict")
+                && text.ends_with("; Secure")
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            COOKIE,
+            HeaderValue::from_str(&format!("a=b; {COOKIE_NAME}={}", secret.expose())).unwrap(),
+        );
+        assert_eq!(cookie_secret(&headers), Some(secret));
+        assert!(!set_cookie(&Secret::generate(), false, 60)
+            .to_str()
+            .unwrap()
+            .contains("Secure"));
+    }
+
+    #[test]
+    fn sso_header_only_from_trusted_proxies() {
+        let config = ApprovalsConfig {
+            sso_header: Some("X-Forwarded-User".into()),
+            sso_roles_header: Some("X-Forwarded-Groups".into()),
+            trusted_proxies: vec!["10.0.0.1".parse().unwrap()],
+            ..ApprovalsConfig::default()
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert("x-forwarded-user", HeaderValue::from_static("alice"));
+        headers.insert(
+            "x-forwarded-groups",
+            HeaderValue::from_static("finance, ops"),
+        );
+        let trusted: SocketAddr = "10.0.0.1:5000".parse().unwrap();
+        let other: SocketAddr = "10.0.0.2:5000".parse().unwrap();
+        assert_eq!(
+            config.sso_user(Some(trusted), &headers),
+            Some(("alice".into(), vec!["finance".into(), "ops".into()]))
+        );
+        assert_eq!(config.sso_user(Some(other), &headers), None);
+        assert_eq!(config.sso_user(None, &headers), None);
+    }
+}
