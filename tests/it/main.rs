@@ -9,5 +9,7 @@ mod dispatch;
 mod dispatch_process;
 mod harness;
 mod ingress;
+// Retry Lab (issue 9).
+mod lab;
 mod process;
 mod target;
