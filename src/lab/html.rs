@@ -82,7 +82,8 @@ fn section(out: &mut String, report: &Report, fault: Fault) {
     let hit = cells.first().map_or(0, |c| c.tally.hit);
     let _ = write!(
         out,
-        "<section>\n<h2>{} <small>({hit} events hit)</small></h2>\n<p>{}</p>\n",
+        "<section id=\"{}\">\n<h2>{} <small>({hit} events hit)</small></h2>\n<p>{}</p>\n",
+        fault.slug(),
         escape(fault.title()),
         escape(fault.description())
     );
@@ -107,7 +108,7 @@ fn section(out: &mut String, report: &Report, fault: Fault) {
     out.push_str("</table>\n</section>\n");
 }
 
-const LABEL_W: u32 = 330;
+const LABEL_W: u32 = 380;
 const BAR_W: u32 = 380;
 const BAR_H: u32 = 9;
 const GAP: u32 = 12;
@@ -145,19 +146,30 @@ fn chart(out: &mut String, fault: Fault, cells: &[&Cell]) {
             escape(&label)
         );
         let values = numbers(cell);
-        for (i, (name, index, colour)) in BARS.iter().enumerate() {
-            let value = values[*index];
-            let y = top + i as u32 * BAR_H;
-            let w = (value as f64 / max as f64 * f64::from(BAR_W)).round() as u32;
+        if BARS.iter().all(|(_, index, _)| values[*index] == 0) {
             let _ = writeln!(
                 out,
-                "<rect x=\"{LABEL_W}\" y=\"{y}\" width=\"{}\" height=\"{}\" fill=\"{colour}\">\
+                "<text x=\"{}\" y=\"{}\" fill=\"#1e7b34\">none</text>",
+                LABEL_W + 4,
+                top + BAR_H * 2
+            );
+            continue;
+        }
+        for (i, (name, index, colour)) in BARS.iter().enumerate() {
+            let value = values[*index];
+            if value == 0 {
+                continue;
+            }
+            let y = top + i as u32 * BAR_H;
+            let w = ((value as f64 / max as f64 * f64::from(BAR_W)).round() as u32).max(2);
+            let _ = writeln!(
+                out,
+                "<rect x=\"{LABEL_W}\" y=\"{y}\" width=\"{w}\" height=\"{}\" fill=\"{colour}\">\
                  <title>{}: {value}</title></rect>\
                  <text x=\"{}\" y=\"{}\" font-size=\"9\" fill=\"#4a5560\">{value}</text>",
-                w.max(1),
                 BAR_H - 1,
                 escape(name),
-                LABEL_W + w.max(1) + 4,
+                LABEL_W + w + 4,
                 y + BAR_H - 1
             );
         }
@@ -206,8 +218,8 @@ mod tests {
         ] {
             assert!(!without_ns.contains(external), "{external}");
         }
-        // The largest bar spans the full width; a zero is a hairline.
+        // The largest bar spans the full width; a row of zeros says so.
         assert!(html.contains(&format!("width=\"{BAR_W}\"")));
-        assert!(html.contains("width=\"1\""));
+        assert_eq!(html.matches(">none</text>").count(), 1);
     }
 }
