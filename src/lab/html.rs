@@ -145,36 +145,41 @@ fn chart(out: &mut String, fault: Fault, cells: &[&Cell]) {
             top + BAR_H * 2,
             escape(&label)
         );
-        let values = numbers(cell);
-        if BARS.iter().all(|(_, index, _)| values[*index] == 0) {
-            let _ = writeln!(
-                out,
-                "<text x=\"{}\" y=\"{}\" fill=\"#1e7b34\">none</text>",
-                LABEL_W + 4,
-                top + BAR_H * 2
-            );
-            continue;
-        }
-        for (i, (name, index, colour)) in BARS.iter().enumerate() {
-            let value = values[*index];
-            if value == 0 {
-                continue;
-            }
-            let y = top + i as u32 * BAR_H;
-            let w = ((value as f64 / max as f64 * f64::from(BAR_W)).round() as u32).max(2);
-            let _ = writeln!(
-                out,
-                "<rect x=\"{LABEL_W}\" y=\"{y}\" width=\"{w}\" height=\"{}\" fill=\"{colour}\">\
-                 <title>{}: {value}</title></rect>\
-                 <text x=\"{}\" y=\"{}\" font-size=\"9\" fill=\"#4a5560\">{value}</text>",
-                BAR_H - 1,
-                escape(name),
-                LABEL_W + w + 4,
-                y + BAR_H - 1
-            );
-        }
+        bars(out, cell, top, max);
     }
     out.push_str("</svg>\n");
+}
+
+/// One row's bars, or "none" when it has no failure to show.
+fn bars(out: &mut String, cell: &Cell, top: u32, max: u64) {
+    let values = numbers(cell);
+    if BARS.iter().all(|(_, index, _)| values[*index] == 0) {
+        let _ = writeln!(
+            out,
+            "<text x=\"{}\" y=\"{}\" fill=\"#1e7b34\">none</text>",
+            LABEL_W + 4,
+            top + BAR_H * 2
+        );
+        return;
+    }
+    for (i, (name, index, colour)) in BARS.iter().enumerate() {
+        let value = values[*index];
+        if value == 0 {
+            continue;
+        }
+        let y = top + i as u32 * BAR_H;
+        let w = ((value as f64 / max as f64 * f64::from(BAR_W)).round() as u32).max(2);
+        let _ = writeln!(
+            out,
+            "<rect x=\"{LABEL_W}\" y=\"{y}\" width=\"{w}\" height=\"{}\" fill=\"{colour}\">\
+             <title>{}: {value}</title></rect>\
+             <text x=\"{}\" y=\"{}\" font-size=\"9\" fill=\"#4a5560\">{value}</text>",
+            BAR_H - 1,
+            escape(name),
+            LABEL_W + w + 4,
+            y + BAR_H - 1
+        );
+    }
 }
 
 #[cfg(test)]

@@ -43,6 +43,39 @@ fn identity(event: usize) -> Result<(Namespace, IdempotencyKey, PayloadHash), St
     Ok((namespace, key, hash))
 }
 
+/// A freshly claimed run (`Move::Claim`), with a lease unless the
+/// strategy has none.
+fn new_run(
+    namespace: Namespace,
+    key: IdempotencyKey,
+    payload_hash: PayloadHash,
+    lease: Option<Lease>,
+    now: Millis,
+) -> Run {
+    let leased = lease.is_some();
+    Run {
+        namespace,
+        key,
+        business_key: None,
+        state: Move::Claim.to_state(),
+        prev_state: None,
+        payload_hash,
+        lease,
+        lease_expires_at: leased.then_some(now + RUN_LEASE_MS),
+        lease_started_at: leased.then_some(now),
+        version: FencingVersion::FIRST,
+        attempts: 1,
+        result: None,
+        last_error: None,
+        reason: None,
+        metadata: RunMetadata::default(),
+        claimed_by: "lab".into(),
+        created_at: now,
+        updated_at: now,
+        archived_at: None,
+    }
+}
+
 /// Applies a move through the real table and bumps the fencing version.
 fn apply(run: &mut Run, mv: Move, now: Millis) -> Result<(), String> {
     let next = run.state.apply(mv).map_err(|e| e.to_string())?;
@@ -85,27 +118,7 @@ impl SimLedger {
                 owner,
                 version: FencingVersion::FIRST,
             };
-            let run = Run {
-                namespace,
-                key,
-                business_key: None,
-                state: Move::Claim.to_state(),
-                prev_state: None,
-                payload_hash: hash,
-                lease: leased.then_some(lease),
-                lease_expires_at: leased.then_some(now + RUN_LEASE_MS),
-                lease_started_at: leased.then_some(now),
-                version: FencingVersion::FIRST,
-                attempts: 1,
-                result: None,
-                last_error: None,
-                reason: None,
-                metadata: RunMetadata::default(),
-                claimed_by: "lab".into(),
-                created_at: now,
-                updated_at: now,
-                archived_at: None,
-            };
+            let run = new_run(namespace, key, hash, leased.then_some(lease), now);
             self.runs[event] = Some(run.clone());
             return Ok(ClaimOutcome::Claimed {
                 run,

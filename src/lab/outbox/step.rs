@@ -30,29 +30,13 @@ impl World {
         Ok(())
     }
 
-    /// Leases due effects of `approved` runs, unknown ones first (the
-    /// store's order), at most a batch.
+    /// Leases the due effects and prepares a send (or probe) for each.
     fn lease_due(&mut self) -> Vec<usize> {
         let now = self.now;
         let owner = format!("lab-dispatcher-{}", self.epoch);
-        let mut due: Vec<(u8, i64, usize)> = Vec::new();
-        for &event in &self.dispatcher.active {
-            let Some(row) = self.dispatcher.rows[event].as_ref() else {
-                continue;
-            };
-            let order = match row.effect.state {
-                EffectState::Unknown => 0,
-                EffectState::Pending => 1,
-                _ => continue,
-            };
-            if row.effect.next_attempt_at <= now && self.ledger.approved(event) {
-                due.push((order, row.effect.next_attempt_at, event));
-            }
-        }
-        due.sort_unstable();
-        due.truncate(BATCH);
+        let due = self.due_effects();
         let mut sends = Vec::with_capacity(due.len());
-        for (_, _, event) in due {
+        for event in due {
             let run_version = self.ledger.version(event);
             let dispatcher = &mut self.dispatcher;
             let Some(row) = dispatcher.rows[event].as_mut() else {
@@ -84,6 +68,29 @@ impl World {
             });
         }
         sends
+    }
+
+    /// Due effects of `approved` runs, unknown ones first and then by due
+    /// time (the store's order), at most a batch.
+    fn due_effects(&self) -> Vec<usize> {
+        let now = self.now;
+        let mut due: Vec<(u8, i64, usize)> = Vec::new();
+        for &event in &self.dispatcher.active {
+            let Some(row) = self.dispatcher.rows[event].as_ref() else {
+                continue;
+            };
+            let order = match row.effect.state {
+                EffectState::Unknown => 0,
+                EffectState::Pending => 1,
+                _ => continue,
+            };
+            if row.effect.next_attempt_at <= now && self.ledger.approved(event) {
+                due.push((order, row.effect.next_attempt_at, event));
+            }
+        }
+        due.sort_unstable();
+        due.truncate(BATCH);
+        due.into_iter().map(|(_, _, event)| event).collect()
     }
 
     /// Runs the next step of one send.
