@@ -102,6 +102,9 @@ pub enum Command {
         #[command(subcommand)]
         command: ApprovalsCommand,
     },
+    /// The Retry Lab: compare delivery strategies under injected faults in
+    /// a seeded simulation (no database, no network).
+    Lab(LabArgs),
 }
 
 /// `oncegate approvals …`.
@@ -240,6 +243,7 @@ pub async fn run(command: Command, config: Config) -> Result<()> {
             }
             Ok(())
         }
+        Command::Lab(args) => lab(&args),
         Command::Runs {
             command: RunsCommand::Get { namespace, key },
         } => {
@@ -570,4 +574,91 @@ pub fn shutdown_on_signal() -> CancellationToken {
         cancel.cancel();
     });
     token
+}
+
+// Retry Lab (issue 9): `oncegate lab`.
+
+/// `oncegate lab`.
+#[derive(Debug, clap::Args)]
+pub struct LabArgs {
+    /// Seeds every random choice: the same seed prints the same numbers.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Events per strategy and fault (1 to 100000).
+    #[arg(long, default_value_t = 1_000)]
+    pub events: usize,
+    /// The share of events each fault is injected into, above 0 and at most 1.
+    #[arg(long, default_value_t = 0.2)]
+    pub rate: f64,
+    /// Where the crash faults strike: before or after the side effect, or both.
+    #[arg(long, value_enum, default_value_t = LabCrashPoint::Both)]
+    pub crash_point: LabCrashPoint,
+    /// Only these strategies (a-g or their names; repeatable or comma-separated).
+    #[arg(long = "strategy", value_delimiter = ',')]
+    pub strategies: Vec<crate::lab::Strategy>,
+    /// Only these faults: concurrent, lost-ack, crash, timeout, storm.
+    #[arg(long = "fault", value_delimiter = ',')]
+    pub faults: Vec<crate::lab::FaultKind>,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write a self-contained HTML page with a chart per fault.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+}
+
+/// `--crash-point`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LabCrashPoint {
+    /// After the guard, before the side effect.
+    Before,
+    /// After the side effect, before it is recorded.
+    After,
+    /// One crash fault at each point.
+    Both,
+}
+
+impl LabArgs {
+    /// The scenario these flags describe.
+    pub fn scenario(&self) -> crate::lab::Scenario {
+        use crate::lab::{CrashPoint, Fault, FaultKind, Scenario, Strategy};
+        let points: &[CrashPoint] = match self.crash_point {
+            LabCrashPoint::Before => &[CrashPoint::Before],
+            LabCrashPoint::After => &[CrashPoint::After],
+            LabCrashPoint::Both => &[CrashPoint::Before, CrashPoint::After],
+        };
+        let pick = |chosen: &[FaultKind]| {
+            if chosen.is_empty() {
+                FaultKind::ALL.to_vec()
+            } else {
+                chosen.to_vec()
+            }
+        };
+        Scenario {
+            seed: self.seed,
+            events: self.events,
+            rate: self.rate,
+            strategies: if self.strategies.is_empty() {
+                Strategy::ALL.to_vec()
+            } else {
+                self.strategies.clone()
+            },
+            faults: Fault::of_kinds(&pick(&self.faults), points),
+        }
+    }
+}
+
+/// Runs the lab and prints (and writes) its report.
+fn lab(args: &LabArgs) -> Result<()> {
+    let report = crate::lab::run(&args.scenario())?;
+    if let Some(path) = &args.html {
+        std::fs::write(path, crate::lab::html::page(&report))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if args.json {
+        println!("{}", crate::lab::report::json(&report)?);
+    } else {
+        print!("{}", crate::lab::report::table(&report));
+    }
+    Ok(())
 }

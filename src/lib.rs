@@ -30,6 +30,9 @@
 //! - [`config`]: the TOML file layered with `ONCEGATE_*` variables.
 //! - [`clock`]: injected time, so leases and expiry are tested by hand.
 //! - [`cli`]: the commands the `oncegate` binary runs.
+//! - [`lab`]: the Retry Lab (`oncegate lab`), a seeded simulator that runs
+//!   seven delivery strategies under injected faults, strategies (d)–(g)
+//!   on the real ledger move table and outbox classifier.
 //!
 //! # How a request flows
 //!
@@ -66,6 +69,7 @@ pub mod clock;
 pub mod config;
 pub mod deadletter;
 pub mod ingress;
+pub mod lab;
 pub mod ledger;
 pub mod ops;
 pub mod outbox;

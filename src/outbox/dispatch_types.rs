@@ -21,12 +21,16 @@ pub struct Leased {
 }
 
 impl Leased {
-    /// Whether the last outcome was unknown (sent, answer lost), so this
-    /// lease must reconcile rather than blindly resend.
+    /// Whether the last outcome was unknown (sent, answer lost; or a probe
+    /// that could not decide), so this lease must reconcile rather than
+    /// blindly resend.
     pub fn reconciling(&self) -> bool {
+        // `probe_undecided` too: the effect is still unknown after such a
+        // probe, and resending it to a target that ignores keys could apply
+        // it twice (found by the Retry Lab, docs/lab.md).
         matches!(
             self.effect.last_class.as_deref(),
-            Some("ambiguous" | "lost")
+            Some("ambiguous" | "lost" | "probe_undecided")
         )
     }
 }
@@ -177,4 +181,63 @@ pub struct AttemptView {
     pub error: Option<String>,
     /// Selected headers and truncated body.
     pub evidence: Value,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::outbox::{EffectSpec, EffectState, NewEffect};
+
+    fn leased(last_class: Option<&str>) -> Leased {
+        let new = NewEffect {
+            operation: "op".into(),
+            effect_type: "send".into(),
+            target: "t".into(),
+            method: "POST".into(),
+            url: "http://127.0.0.1:1/x".into(),
+            headers: BTreeMap::new(),
+            body: None,
+            idempotency_key: "ns:k:send".into(),
+            spec: EffectSpec::default(),
+            not_before: None,
+        };
+        Leased {
+            effect: Effect {
+                id: "e".into(),
+                namespace: "ns".into(),
+                key: "k".into(),
+                new,
+                state: EffectState::Sending,
+                attempts: 1,
+                next_attempt_at: 0,
+                external_ref: None,
+                last_status: None,
+                last_class: last_class.map(str::to_owned),
+                last_error: None,
+                first_sent_at: Some(0),
+                created_at: 0,
+            },
+            owner: "d".into(),
+            run_version: 2,
+            correlation_id: "c".into(),
+            first_sent_at: Some(0),
+        }
+    }
+
+    #[test]
+    fn every_unknown_outcome_is_reconciled_and_nothing_else() {
+        for class in ["ambiguous", "lost", "probe_undecided"] {
+            assert!(leased(Some(class)).reconciling(), "{class}");
+        }
+        for class in [
+            None,
+            Some("transient"),
+            Some("retry_safe"),
+            Some("probe_absent"),
+        ] {
+            assert!(!leased(class).reconciling(), "{class:?}");
+        }
+    }
 }

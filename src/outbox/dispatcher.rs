@@ -381,7 +381,12 @@ impl Dispatcher {
             Some(404 | 410) => (Verdict::Retry { at: now }, "probe_absent".into()),
             _ => {
                 let attempts = leased.effect.attempts.max(1) as u32;
-                let first = leased.first_sent_at.unwrap_or(now);
+                // Never recorded as sent (its dispatcher died mid-send): count
+                // from the earliest moment it could have gone out, or the
+                // budget would restart with every probe and never run out.
+                let first = leased
+                    .first_sent_at
+                    .unwrap_or_else(|| earliest_send(leased));
                 let mut rng = rand::rngs::StdRng::from_entropy();
                 let verdict =
                     match next_attempt_at(&target.retry, attempts, first, now, None, &mut rng) {
@@ -392,6 +397,16 @@ impl Dispatcher {
             }
         }
     }
+}
+
+/// The earliest moment an effect could have been sent: when it was
+/// committed, or when its window opened.
+pub fn earliest_send(leased: &Leased) -> i64 {
+    let effect = &leased.effect;
+    effect
+        .new
+        .not_before
+        .map_or(effect.created_at, |at| at.max(effect.created_at))
 }
 
 fn undecidable(reason: &str) -> Verdict {

@@ -91,6 +91,7 @@ on_both_backends!(
     refused_commits_store_nothing,
     lost_answer_with_probe_is_reconciled_not_resent,
     lost_answer_without_probe_goes_to_a_human,
+    undecidable_probe_keeps_reconciling_and_never_resends,
     honouring_target_gets_the_same_key_again,
     statuses_route_end_to_end,
     kill_switch_holds_everything_then_sends_each_once,
@@ -274,6 +275,49 @@ async fn lost_answer_without_probe_goes_to_a_human(backend: Backend) {
         1
     );
     assert_eq!(mock.requests().len(), 1);
+    app.stop().await;
+}
+
+/// Found by the Retry Lab (docs/lab.md): after a probe that cannot decide,
+/// the effect is still unknown and must be probed again, never re-sent to a
+/// target that ignores keys.
+async fn undecidable_probe_keeps_reconciling_and_never_resends(backend: Backend) {
+    let mock = MockTarget::start().await;
+    mock.on_path("/send", Behaviour::CommitThenClose);
+    mock.on_path(
+        "/undecided",
+        Behaviour::RespondNoCommit {
+            status: 503,
+            headers: vec![],
+            body: "{}".into(),
+        },
+    );
+    let app = app_with(backend, &mock).await;
+    let mut effects = email("mock", "/send");
+    effects[0]["probe_url"] = json!(format!(
+        "{}/undecided?key={{idempotency_key}}",
+        mock.base_url()
+    ));
+    claim_commit(&app, "c1", effects).await;
+    let dispatcher = app.dispatcher();
+    let probes = || mock.requests().iter().filter(|r| r.method == "GET").count();
+    crate::harness::eventually(
+        "three undecided probes",
+        Duration::from_secs(10),
+        || async {
+            dispatcher.dispatch_once().await.unwrap();
+            (probes() >= 3).then_some(())
+        },
+    )
+    .await;
+    let posts = mock
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST")
+        .count();
+    assert_eq!(posts, 1, "an undecided outcome is never blindly resent");
+    assert_eq!(mock.effect_count_for_key("crm:c1:send_email"), 1);
+    assert_eq!(effect_state(&app, "c1").await["state"], "unknown");
     app.stop().await;
 }
 

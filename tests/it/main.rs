@@ -20,6 +20,8 @@ mod dispatch;
 mod dispatch_process;
 mod harness;
 mod ingress;
+// Retry Lab (issue 9).
+mod lab;
 mod process;
 mod redaction; // issue 6: audit
 mod retention; // issue 6: audit
