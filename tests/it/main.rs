@@ -9,5 +9,7 @@ mod dispatch;
 mod dispatch_process;
 mod harness;
 mod ingress;
+// n8n integration (examples/n8n, docs/n8n.md)
+mod n8n;
 mod process;
 mod target;

@@ -1,0 +1,330 @@
+# The checks of scripts/e2e-n8n, one function each. Sourced after lib.sh.
+# Effects are counted where they land: at the counting target.
+# shellcheck shell=bash
+
+ev=""   # the folder for generated events, set by the first check
+
+# ---------------------------------------------------------------- gate in front
+
+check_signed_event_once() {
+  step "gate in front: a signed event delivered once → one effect"
+  ev=$work/events
+  mkdir -p "$ev"
+  local f=$ev/single.json answer
+  stripe_event "$f" evt_single charge.succeeded ch_single
+  sign "$f"
+  answer=$(deliver "$f")
+  if [ "$(tail -1 <<<"$answer")" != 200 ] || [ "$(head -1 <<<"$answer" | jq -c .)" != '{"received":true}' ]; then
+    bad "signed event accepted" "oncegate answered $(tr '\n' ' ' <<<"$answer")"
+    return
+  fi
+  if ! wait_until 60 state_is payments record-payment:ch_single:v1 completed \
+    || ! wait_until 30 state_is stripe evt_single completed; then
+    bad "signed event → one effect" "business run $(run_state payments record-payment:ch_single:v1), ingress run $(run_state stripe evt_single) after 60 s"
+    return
+  fi
+  local sent key
+  sent=$(records /crm/payments '.body.charge == "ch_single"')
+  key=$(jq -r '.[0].idempotency_key' <<<"$sent")
+  if [ "$(jq length <<<"$sent")" = 1 ] && [ "$key" = payments:record-payment:ch_single:v1:crm_payment ]; then
+    ok "signed event → one effect" "Idempotency-Key $key"
+  else
+    bad "signed event → one effect" "the CRM got $(jq length <<<"$sent") requests, key $key"
+  fi
+  answer=$(deliver "$f")
+  if [ "$(head -1 <<<"$answer" | jq -c 'select(.received == true and .duplicate == true)')" != "" ] \
+    && count_is /crm/payments 1 '.body.charge == "ch_single"'; then
+    ok "redelivery of a handled event → duplicate, nothing new"
+  else
+    bad "redelivery of a handled event" "answer $(head -1 <<<"$answer"), CRM requests $(count /crm/payments '.body.charge == "ch_single"')"
+  fi
+}
+
+check_bad_signature() {
+  step "gate in front: a bad signature → 401, nothing stored"
+  local f=$ev/forged.json answer
+  stripe_event "$f" evt_forged charge.succeeded ch_forged
+  sign "$f" whsec_not_the_secret
+  answer=$(deliver "$f")
+  if [ "$(tail -1 <<<"$answer")" = 401 ] && [ "$(run_state stripe evt_forged)" = none ]; then
+    ok "bad signature refused" "$(head -1 <<<"$answer" | jq -r .type)"
+  else
+    bad "bad signature refused" "answer $(tr '\n' ' ' <<<"$answer"), run $(run_state stripe evt_forged)"
+  fi
+}
+
+check_hundred_deliveries() {
+  step "gate in front: the same event 100 times at once → one effect"
+  local f=$ev/burst.json out=$work/burst-ingress fresh codes
+  stripe_event "$f" evt_burst charge.succeeded ch_burst
+  sign "$f"
+  burst 100 "$out" -X POST "$OG/hooks/stripe" -H 'Content-Type: application/json' -H @"$f.hdr" --data-binary @"$f"
+  codes=$(sort "$out/codes" | uniq -c | tr -s ' ' | tr '\n' ',')
+  fresh=$(cat "$out"/*.body | jq -s '[.[] | select(.received == true and .duplicate == null)] | length')
+  # A second event about the same charge reaches n8n, whose claim finds the business run taken.
+  local g=$ev/burst-2.json
+  stripe_event "$g" evt_burst_2 charge.updated ch_burst
+  sign "$g"
+  deliver "$g" >/dev/null
+  wait_until 90 state_is stripe evt_burst completed || true
+  wait_until 90 state_is stripe evt_burst_2 completed || true
+  wait_until 60 state_is payments record-payment:ch_burst:v1 completed || true
+  local n
+  n=$(count /crm/payments '.body.charge == "ch_burst"')
+  if [ "$(grep -c '^200$' "$out/codes")" = 100 ] && [ "$fresh" = 1 ] && [ "$n" = 1 ] \
+    && state_is stripe evt_burst_2 completed; then
+    ok "100 concurrent deliveries → one effect" "statuses:$codes first-time answers $fresh; a second event for the charge added nothing"
+  else
+    bad "100 concurrent deliveries → one effect" "statuses:$codes first-time answers $fresh, CRM requests $n, evt_burst_2 $(run_state stripe evt_burst_2)"
+  fi
+}
+
+# ---------------------------------------------------------------- claim inside
+
+check_claim_inside_burst() {
+  step "claim inside: 100 identical requests straight to the n8n webhook → one effect"
+  local out=$work/burst-n8n body='{"order_id":"o-burst","sku":"sku-7","qty":2,"address":"1 Main St"}'
+  burst 100 "$out" -X POST "$N8N/webhook/og-orders" -H 'Content-Type: application/json' -d "$body"
+  local codes statuses accepted
+  codes=$(sort "$out/codes" | uniq -c | tr -s ' ' | tr '\n' ',')
+  statuses=$(cat "$out"/*.body | jq -rs '[.[] | .status // "?"] | group_by(.) | map("\(length) \(.[0])") | join(", ")' 2>/dev/null || echo "unreadable")
+  accepted=$(cat "$out"/*.body | jq -s '[.[] | select(.status == "accepted")] | length' 2>/dev/null || echo 0)
+  wait_until 60 state_is orders create-shipment:o-burst:v1 completed || true
+  local n
+  n=$(count /warehouse/shipments '.body.order_id == "o-burst"')
+  if [ "$accepted" = 1 ] && [ "$n" = 1 ] && ! grep -q '^5' "$out/codes"; then
+    ok "100 concurrent requests → one effect" "HTTP:$codes answers: $statuses"
+  else
+    bad "100 concurrent requests → one effect" "HTTP:$codes answers: $statuses; shipments $n"
+  fi
+  # A later duplicate answers with the prior outcome.
+  local later
+  later=$(curl -s -X POST "$N8N/webhook/og-orders" -H 'Content-Type: application/json' -d "$body")
+  if [ "$(jq -r .status <<<"$later")" = duplicate ] && [ "$(jq -r .result.shipment <<<"$later")" = queued ]; then
+    ok "a later duplicate gets the prior outcome" "$later"
+  else
+    bad "a later duplicate gets the prior outcome" "$later"
+  fi
+}
+
+# ---------------------------------------------------------------- batch
+
+batch_states() {
+  local i states=""
+  for i in 01 02 03 04 05 06 07 08 09 10; do
+    states+="$(run_state invoices "sync-invoice-line:b1-item-$i:v1") "
+  done
+  printf '%s' "$states"
+}
+
+start_batch() {
+  curl -sf -X POST "$N8N/webhook/og-invoice-batch" -H 'Content-Type: application/json' -d '{"batch_id":"b1"}' >/dev/null \
+    || { bad "batch" "the batch webhook refused the request"; return 1; }
+}
+
+batch_is() { [ "$(batch_states)" = "$1" ]; }
+
+check_batch_rerun() {
+  step "batch: 10 items with their own keys, 3 fail, the re-run repeats only those 3"
+  local failing='["b1-item-03","b1-item-06","b1-item-09"]' c=completed r=failed_retryable
+  local first="$c $c $r $c $c $r $c $c $r $c " all="$c $c $c $c $c $c $c $c $c $c "
+  target_post /control/fail "{\"ids\":$failing}"
+  start_batch || return
+  if ! wait_until 90 batch_is "$first"; then
+    bad "batch first run: 7 done, 3 failed_retryable" "states: $(batch_states)"
+    return
+  fi
+  local synced boundary
+  synced=$(records /crm/invoice-lines | jq -c '[.[].body.id] | sort')
+  ok "batch first run: 7 done, 3 failed_retryable" "CRM got $(jq length <<<"$synced") lines"
+  boundary=$(curl -s "$TARGET/records" | jq '[.[].seq] | max')
+  target_post /control/fail '{"ids":[]}'
+  start_batch || return
+  if ! wait_until 90 batch_is "$all"; then
+    bad "batch re-run completes the rest" "states: $(batch_states)"
+    return
+  fi
+  local repeated lines distinct
+  repeated=$(curl -s "$TARGET/records?prefix=/lookup/" | jq -c --argjson b "$boundary" '[.[] | select(.seq > $b) | .path | ltrimstr("/lookup/")] | sort')
+  lines=$(count /crm/invoice-lines)
+  distinct=$(records /crm/invoice-lines | jq '[.[].body.id] | unique | length')
+  if [ "$repeated" = "$failing" ] && [ "$lines" = 10 ] && [ "$distinct" = 10 ]; then
+    ok "batch re-run repeats only the 3 failed items" "re-run looked up $repeated; CRM holds 10 lines, each once"
+  else
+    bad "batch re-run repeats only the 3 failed items" "re-run looked up $repeated; CRM requests $lines for $distinct lines"
+  fi
+}
+
+# ---------------------------------------------------------------- approval
+
+# decide TICKET DECISION: waits for the approval link, logs in as the approver, decides.
+decide() {
+  local ticket=$1 decision=$2 url page csrf jar=$work/approver-$1.cookies status
+  if ! wait_until 60 count_is /chat/notify 1 "(.body.kind == \"approval_requested\" and .body.ticket == \"$ticket\")"; then
+    echo "no approval link was posted to the chat"
+    return 1
+  fi
+  url=$(records /chat/notify "(.body.kind == \"approval_requested\" and .body.ticket == \"$ticket\")" | jq -r '.[0].body.approval_url')
+  case $url in /*) url=$OG$url ;; esac
+  status=$(curl -s -o /dev/null -w '%{http_code}' -c "$jar" -X POST "$OG/login" --data-urlencode "token=$APPROVER_TOKEN")
+  case $status in 2* | 3*) ;; *) echo "POST /login answered $status"; return 1 ;; esac
+  page=$(curl -s -b "$jar" -c "$jar" "$url")
+  csrf=$(grep -o 'name="csrf"[^>]*' <<<"$page" | grep -o 'value="[^"]*"' | head -1 | cut -d'"' -f2)
+  [ -n "$csrf" ] || { echo "the approval page has no csrf field"; return 1; }
+  status=$(curl -s -o /dev/null -w '%{http_code}' -b "$jar" -X POST "$url" \
+    --data-urlencode "decision=$decision" --data-urlencode "csrf=$csrf")
+  case $status in 2* | 3*) ;; *) echo "POST $url answered $status"; return 1 ;; esac
+}
+
+ask_for_reply() {
+  curl -sf -X POST "$N8N/webhook/og-support-reply" -H 'Content-Type: application/json' \
+    -d "{\"ticket\":\"$1\",\"customer_email\":\"ada@example.com\",\"question\":\"Where is my refund?\",\"requested_by\":\"sam\"}" >/dev/null
+}
+
+check_approval() {
+  step "AI draft with approval: approved → one effect, rejected → none"
+  local path status
+  for path in /v1/runs/output /v1/runs/gate /login; do
+    status=$(probe "$path")
+    if [ "$status" = 404 ] || [ "$status" = 405 ]; then
+      unavailable "approval approved → one effect" "POST $path answered $status"
+      unavailable "approval rejected → no effect" "POST $path answered $status"
+      return
+    fi
+  done
+  local why
+  ask_for_reply T-approve
+  ask_for_reply T-reject
+  if why=$(decide T-approve approved) \
+    && wait_until 60 count_is /chat/notify 1 '(.body.kind == "decision" and .body.ticket == "T-approve" and .body.decision == "approved")' \
+    && wait_until 60 count_is /mailer/messages 1 '.body.ticket == "T-approve"' \
+    && wait_until 30 state_is support reply:T-approve:v1 completed; then
+    ok "approval approved → one effect" "the Wait node resumed; the mailer got 1 message"
+  else
+    bad "approval approved → one effect" "${why:-mailer $(count /mailer/messages '.body.ticket == "T-approve"'), run $(run_state support reply:T-approve:v1)}"
+  fi
+  if why=$(decide T-reject rejected) \
+    && wait_until 60 count_is /chat/notify 1 '(.body.kind == "decision" and .body.ticket == "T-reject" and .body.decision == "rejected")' \
+    && state_is support reply:T-reject:v1 failed_terminal && count_is /mailer/messages 0 '.body.ticket == "T-reject"'; then
+    ok "approval rejected → no effect" "the Wait node resumed with the rejection; the mailer got nothing"
+  else
+    bad "approval rejected → no effect" "${why:-mailer $(count /mailer/messages '.body.ticket == "T-reject"'), run $(run_state support reply:T-reject:v1)}"
+  fi
+}
+
+# ---------------------------------------------------------------- error workflow
+
+check_error_workflow() {
+  step "error workflow: a failing execution → a dead letter with evidence"
+  local status
+  status=$(probe /v1/runs/fail-by-execution)
+  if [ "$status" = 404 ] || [ "$status" = 405 ]; then
+    unavailable "failing execution → dead letter" "POST /v1/runs/fail-by-execution answered $status"
+    return
+  fi
+  target_post /control/fail '{"ids":["T-error"]}'
+  ask_for_reply T-error
+  if wait_until 90 state_is support reply:T-error:v1 dead_lettered; then
+    local view evidence
+    view=$(run_view support reply:T-error:v1)
+    evidence=$(jq -r '[.reason, .last_error] | map(select(. != null)) | join(" / ")' <<<"$view")
+    if grep -qi 'model' <<<"$evidence"; then
+      ok "failing execution → dead letter" "execution $(jq -r .execution_ref <<<"$view"): $evidence"
+    else
+      bad "failing execution → dead letter" "dead-lettered, but the evidence does not name the failed node: $evidence"
+    fi
+  else
+    bad "failing execution → dead letter" "run state $(run_state support reply:T-error:v1) after 90 s"
+  fi
+  target_post /control/fail '{"ids":[]}'
+}
+
+# ---------------------------------------------------------------- n8n down
+
+check_n8n_down() {
+  step "n8n stopped while events arrive → all accepted, each delivered once when n8n is back"
+  local i id accepted=0
+  n8n_stop >/dev/null
+  for i in $(seq -w 1 20); do
+    id=down_$i
+    stripe_event "$ev/$id.json" "evt_$id" charge.succeeded "ch_$id"
+    sign "$ev/$id.json"
+    [ "$(deliver "$ev/$id.json" | tail -1)" = 200 ] && accepted=$((accepted + 1))
+  done
+  local waiting
+  waiting=$(for i in $(seq -w 1 20); do run_state stripe "evt_down_$i"; done | grep -c '^approved$' || true)
+  n8n_start >/dev/null
+  if wait_until 180 count_is /crm/payments 20 '(.body.charge | startswith("ch_down_"))' \
+    && wait_until 60 all_forwarded; then
+    local per
+    per=$(records /crm/payments '(.body.charge | startswith("ch_down_"))' | jq -c '[group_by(.body.charge)[] | length] | unique')
+    if [ "$accepted" = 20 ] && [ "$waiting" = 20 ] && [ "$per" = "[1]" ]; then
+      ok "n8n down: 20 events accepted, each delivered once" "held while n8n was down: $waiting"
+    else
+      bad "n8n down" "accepted $accepted, held $waiting, requests per charge $per"
+    fi
+  else
+    bad "n8n down" "accepted $accepted; after restart the CRM has $(count /crm/payments '(.body.charge | startswith("ch_down_"))') of 20"
+  fi
+}
+
+all_forwarded() {
+  local i
+  for i in $(seq -w 1 20); do state_is stripe "evt_down_$i" completed || return 1; done
+}
+
+# ---------------------------------------------------------------- overhead
+
+# bench_gated PREFIX N: N signed events through oncegate (8 senders); prints events/s.
+bench_gated() {
+  local dir=$work/bench-$1 i t0 t1
+  mkdir -p "$dir"
+  for i in $(seq -w 1 "$2"); do
+    stripe_event "$dir/$i.json" "evt_$1_$i" charge.succeeded "ch_$1_$i"
+    sign "$dir/$i.json"
+  done
+  t0=$(now)
+  (cd "$dir" && ls -- *.json | xargs -P 8 -I{} curl -s -o /dev/null -X POST "$OG/hooks/stripe" \
+    -H 'Content-Type: application/json' -H @{}.hdr --data-binary @{}) || true
+  wait_until 300 count_is /crm/payments "$2" "(.body.charge | startswith(\"ch_$1_\"))" || return 1
+  t1=$(now)
+  awk -v n="$2" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", n / (b - a) }'
+}
+
+# bench_direct PREFIX N: N events straight to the baseline workflow (8 senders).
+bench_direct() {
+  local dir=$work/bench-$1 i t0 t1
+  mkdir -p "$dir"
+  for i in $(seq -w 1 "$2"); do
+    stripe_event "$dir/$i.json" "evt_$1_$i" charge.succeeded "ch_$1_$i"
+  done
+  t0=$(now)
+  (cd "$dir" && ls -- *.json | xargs -P 8 -I{} curl -s -o /dev/null -X POST "$N8N/webhook/og-baseline-payments" \
+    -H 'Content-Type: application/json' --data-binary @{}) || true
+  wait_until 300 count_is /crm/payments-direct "$2" "(.body.charge | startswith(\"ch_$1_\"))" || return 1
+  t1=$(now)
+  awk -v n="$2" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", n / (b - a) }'
+}
+
+measure_overhead() {
+  step "overhead: executions/s through oncegate vs the same work without it"
+  if [ "$bench_events" = 0 ]; then
+    say "skipped (E2E_BENCH_EVENTS=0)"
+    return
+  fi
+  local d1 g1 d2 g2 direct gated ratio
+  d1=$(bench_direct direct1 "$bench_events") || { bad "overhead" "the direct round did not finish"; return; }
+  g1=$(bench_gated gated1 "$bench_events") || { bad "overhead" "the gated round did not finish"; return; }
+  d2=$(bench_direct direct2 "$bench_events") || { bad "overhead" "the direct round did not finish"; return; }
+  g2=$(bench_gated gated2 "$bench_events") || { bad "overhead" "the gated round did not finish"; return; }
+  direct=$(awk -v a="$d1" -v b="$d2" 'BEGIN { printf "%.1f", (a + b) / 2 }')
+  gated=$(awk -v a="$g1" -v b="$g2" 'BEGIN { printf "%.1f", (a + b) / 2 }')
+  ratio=$(awk -v g="$gated" -v d="$direct" 'BEGIN { printf "%.2f", g / d }')
+  say "direct (provider → n8n → CRM):                 $d1, $d2 executions/s (mean $direct)"
+  say "gated (provider → oncegate → n8n → oncegate → CRM): $g1, $g2 executions/s (mean $gated)"
+  if awk -v r="$ratio" -v m="$min_ratio" 'BEGIN { exit !(r >= m) }'; then
+    ok "overhead within target" "gated/direct = $ratio ≥ $min_ratio, $bench_events events per round"
+  else
+    bad "overhead within target" "gated/direct = $ratio < $min_ratio ($gated vs $direct executions/s)"
+  fi
+}
