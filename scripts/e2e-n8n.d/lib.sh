@@ -37,6 +37,8 @@ new_token() {
 write_config() {
   step "oncegate config (examples/n8n/oncegate.toml + generated tokens)"
   cfg=$work/oncegate.toml
+  ev=$work/events
+  mkdir -p "$ev"
   cp "$repo/examples/n8n/oncegate.toml" "$cfg"
   printf '\n# ---- added by scripts/e2e-n8n\n' >>"$cfg"
   WF_TOKEN=$(new_token n8n workflow)
