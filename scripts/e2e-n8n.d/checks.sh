@@ -157,7 +157,7 @@ check_batch_rerun() {
 
 # decide TICKET DECISION: waits for the approval link, logs in as the approver, decides.
 decide() {
-  local ticket=$1 decision=$2 url page csrf jar=$work/approver-$1.cookies status
+  local ticket=$1 decision=$2 url page csrf choice jar=$work/approver-$1.cookies status
   if ! wait_until 60 count_is /chat/notify 1 "(.body.kind == \"approval_requested\" and .body.ticket == \"$ticket\")"; then
     echo "no approval link was posted to the chat"
     return 1
@@ -169,8 +169,12 @@ decide() {
   page=$(curl -s -b "$jar" -c "$jar" "$url")
   csrf=$(grep -o 'name="csrf"[^>]*' <<<"$page" | grep -o 'value="[^"]*"' | head -1 | cut -d'"' -f2)
   [ -n "$csrf" ] || { echo "the approval page has no csrf field"; return 1; }
+  # The page's own buttons name the decision values (approve/reject).
+  choice=$(grep -o 'name="decision"[^>]*' <<<"$page" | grep -o 'value="[^"]*"' | cut -d'"' -f2 \
+    | grep -m1 "^${decision:0:6}" || true)
+  [ -n "$choice" ] || { echo "the approval page offers no ${decision:0:6}… decision"; return 1; }
   status=$(curl -s -o /dev/null -w '%{http_code}' -b "$jar" -X POST "$url" \
-    --data-urlencode "decision=$decision" --data-urlencode "csrf=$csrf")
+    --data-urlencode "decision=$choice" --data-urlencode "csrf=$csrf")
   case $status in 2* | 3*) ;; *) echo "POST $url answered $status"; return 1 ;; esac
 }
 

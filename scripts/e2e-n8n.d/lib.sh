@@ -37,16 +37,21 @@ new_token() {
 write_config() {
   step "oncegate config (examples/n8n/oncegate.toml + generated tokens)"
   cfg=$work/oncegate.toml
+  export STRIPE_WEBHOOK_SECRET=whsec_$(openssl rand -hex 24)
+  export N8N_FORWARD_SECRET=$(openssl rand -hex 24)
+  export ONCEGATE_DATABASE_URL=sqlite://$work/oncegate.db
   ev=$work/events
   mkdir -p "$ev"
-  cp "$repo/examples/n8n/oncegate.toml" "$cfg"
+  # The output contract is commented out in the example until oncegate has
+  # POST /v1/runs/output; use it whenever this binary accepts it.
+  sed '/^# -- output contract/,/^$/ { /^# --/! s/^# // }' "$repo/examples/n8n/oncegate.toml" >"$cfg"
+  if ! "$bin" --config "$cfg" config check >/dev/null 2>&1; then
+    cp "$repo/examples/n8n/oncegate.toml" "$cfg"
+  fi
   printf '\n# ---- added by scripts/e2e-n8n\n' >>"$cfg"
   WF_TOKEN=$(new_token n8n workflow)
   APPROVER_TOKEN=$(new_token ada approver)
   ADMIN_TOKEN=$(new_token e2e-operator admin)
-  export STRIPE_WEBHOOK_SECRET=whsec_$(openssl rand -hex 24)
-  export N8N_FORWARD_SECRET=$(openssl rand -hex 24)
-  export ONCEGATE_DATABASE_URL=sqlite://$work/oncegate.db
   "$bin" --config "$cfg" config check
 }
 
