@@ -301,6 +301,8 @@ pub const ENV_VARS: &[(&str, &str)] = &[
 
 impl Config {
     /// Loads the file (if any) and applies `env` overrides, then checks it.
+    /// `env` is the process environment: its `ONCEGATE_*` variables override
+    /// the file, and `env:NAME` target secret headers are read from it.
     ///
     /// # Errors
     /// [`ConfigError`] naming the file, line or field that is wrong.
@@ -322,16 +324,24 @@ impl Config {
             }
             None => toml::Table::new(),
         };
-        for (name, value) in env {
-            if let Some((_, field)) = ENV_VARS.iter().find(|(var, _)| *var == name) {
-                set_field(&mut table, field, &value);
+        let env: std::collections::HashMap<String, String> = env.into_iter().collect();
+        for (name, value) in &env {
+            if let Some((_, field)) = ENV_VARS.iter().find(|(var, _)| var == name) {
+                set_field(&mut table, field, value);
             }
         }
-        let config: Config =
-            serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+        let mut config: Config = serde_path_to_error::deserialize(toml::Value::Table(table))
+            .map_err(|e| {
                 let field = e.path().to_string();
                 ConfigError::field(field, e.into_inner().message().to_string())
             })?;
+        // n8n integration: `env:NAME` target credentials (e.g. the secret
+        // header an n8n Webhook node checks) are read once, here.
+        for (i, target) in config.targets.iter_mut().enumerate() {
+            target
+                .resolve_env_secrets(&format!("targets[{i}]"), |var| env.get(var).cloned())
+                .map_err(|(field, message)| ConfigError::field(field, message))?;
+        }
         config.validate()?;
         Ok(config)
     }

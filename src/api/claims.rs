@@ -85,7 +85,8 @@ pub struct ClaimResponse {
     pub attempts: i64,
     /// The run's correlation id.
     pub correlation_id: String,
-    /// The stored result of a completed run.
+    /// The stored result of a completed run (or of an approved one, whose
+    /// owner committed it with its effects).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
     /// Why a finished run ended.
@@ -235,6 +236,9 @@ pub(super) async fn claim(
             retry_after_header = Some(secs);
             let mut body = ClaimResponse::of(&run, false);
             body.retry_after = Some(secs);
+            // An approved run already holds the result its owner committed:
+            // a duplicate can answer with it while the effects go out.
+            body.result = run.result.clone();
             body
         }
         ClaimOutcome::Finished(run) => {

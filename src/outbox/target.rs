@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 
 /// What sits behind a target.
@@ -62,7 +62,8 @@ pub struct TargetConfig {
     /// The header that carries the idempotency key.
     #[serde(default = "default_key_header")]
     pub idempotency_header: String,
-    /// Credentials and other secret headers, added at send time only.
+    /// Credentials and other secret headers, added at send time only. A
+    /// value `env:NAME` is read from the environment at start.
     #[serde(default)]
     pub secret_headers: BTreeMap<String, SecretString>,
     /// Connect timeout in milliseconds.
@@ -146,6 +147,32 @@ impl TargetConfig {
             .ok_or_else(|| format!("{url} is outside target {}", self.name))
     }
 
+    /// Replaces every `env:NAME` secret header value with the value `lookup`
+    /// gives for `NAME` (the process environment, in `serve`), so config
+    /// files need not hold credentials.
+    ///
+    /// # Errors
+    /// `(field, message)` naming the header whose variable is not set.
+    pub fn resolve_env_secrets(
+        &mut self,
+        at: &str,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<(), (String, String)> {
+        for (name, value) in self.secret_headers.iter_mut() {
+            let Some(var) = value.expose_secret().strip_prefix("env:") else {
+                continue;
+            };
+            let resolved = lookup(var).ok_or_else(|| {
+                (
+                    format!("{at}.secret_headers.{name}"),
+                    format!("environment variable {var} is not set"),
+                )
+            })?;
+            *value = SecretString::from(resolved);
+        }
+        Ok(())
+    }
+
     /// Checks the fields; `at` prefixes the field names in messages.
     ///
     /// # Errors
@@ -178,6 +205,20 @@ impl TargetConfig {
                 return Err((
                     field("status_classes"),
                     format!("{class:?} is not one of success, transient, retry_safe, ambiguous, permanent"),
+                ));
+            }
+        }
+        for (name, value) in &self.secret_headers {
+            if axum::http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Err((
+                    field("secret_headers"),
+                    format!("{name:?} is not a valid header name"),
+                ));
+            }
+            if axum::http::HeaderValue::from_str(value.expose_secret()).is_err() {
+                return Err((
+                    format!("{at}.secret_headers.{name}"),
+                    "is not a valid header value (control characters or non-ASCII)".into(),
                 ));
             }
         }
@@ -238,6 +279,51 @@ mod tests {
         assert!(t.honours_keys());
         t.honours_idempotency_keys = Some(false);
         assert!(!t.honours_keys());
+    }
+
+    #[test]
+    fn env_secret_headers_resolve_or_name_the_field() {
+        let mut t: TargetConfig = toml::from_str(
+            "name = \"t\"\nbase_url = \"https://x.example\"\n[secret_headers]\n\
+             X-Token = \"env:ONCEGATE_TEST_TARGET_SECRET_SET\"\nX-Plain = \"literal\"\n",
+        )
+        .unwrap();
+        let env = |var: &str| (var == "ONCEGATE_TEST_TARGET_SECRET_SET").then(|| "from-env".into());
+        t.resolve_env_secrets("targets[0]", env).unwrap();
+        assert_eq!(t.secret_headers["X-Token"].expose_secret(), "from-env");
+        assert_eq!(t.secret_headers["X-Plain"].expose_secret(), "literal");
+
+        let mut missing: TargetConfig = toml::from_str(
+            "name = \"t\"\nbase_url = \"https://x.example\"\n[secret_headers]\n\
+             X-Token = \"env:ONCEGATE_TEST_TARGET_SECRET_UNSET\"\n",
+        )
+        .unwrap();
+        let (field, message) = missing.resolve_env_secrets("targets[0]", env).unwrap_err();
+        assert_eq!(field, "targets[0].secret_headers.X-Token");
+        assert!(
+            message.contains("ONCEGATE_TEST_TARGET_SECRET_UNSET"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn bad_secret_headers_are_refused() {
+        let bad_name: TargetConfig = toml::from_str(
+            "name = \"t\"\nbase_url = \"https://x.example\"\n[secret_headers]\n\"Bad Name\" = \"x\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            bad_name.validate("targets[0]").unwrap_err().0,
+            "targets[0].secret_headers"
+        );
+        let bad_value: TargetConfig = toml::from_str(
+            "name = \"t\"\nbase_url = \"https://x.example\"\n[secret_headers]\nX-Token = \"a\\nb\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            bad_value.validate("targets[0]").unwrap_err().0,
+            "targets[0].secret_headers.X-Token"
+        );
     }
 
     #[test]

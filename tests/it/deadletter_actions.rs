@@ -188,6 +188,46 @@ async fn replay_resends_once_under_the_same_key(backend: Backend) {
             "UPDATE dead_letters SET resolved_at = NULL, resolution = NULL WHERE id = '{id}'"
         ))
         .await;
+    let (status, refused) = app
+        .post(
+            &format!("/v1/dead-letters/{id}/replay"),
+            Some(&app.operator),
+            &json!({ "reason": "again" }),
+        )
+        .await;
+    assert_eq!(
+        (status, refused["state"].as_str()),
+        (409, Some("completed")),
+        "{refused}"
+    );
+    assert_eq!(
+        refused["type"],
+        "urn:oncegate:problem:run-not-dead-lettered"
+    );
+    assert_eq!(
+        app.dispatcher().dispatch_once().await.unwrap().leased,
+        0,
+        "nothing re-queued"
+    );
+    assert_eq!(mock.requests().len(), 2);
+    app.stop().await;
+}
+
+async fn gated_replay_needs_a_new_approval(backend: Backend) {
+    let mock = MockTarget::start().await;
+    mock.on_path("/refund", Behaviour::no_commit(400));
+    let app = app_for(backend, &mock).await;
+    // A gated effect enters the outbox only through a gate: put one there
+    // directly, as an approval would.
+    crate::harness::queue_effect(&app.store, "g1", "mock", mock.url("/refund")).await;
+    app.db
+        .exec("UPDATE effects SET operation = 'refund' WHERE run_key = 'g1'")
+        .await;
+    dispatch_until(&app, "g1", "dead_lettered").await;
+    let id = dead_letter_of(&app, "crm", "g1").await["dead_letter"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let (status, replayed) = app
         .post(
             &format!("/v1/dead-letters/{id}/replay"),

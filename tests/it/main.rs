@@ -22,6 +22,8 @@ mod harness;
 mod ingress;
 // Retry Lab (issue 9).
 mod lab;
+// n8n integration (examples/n8n, docs/n8n.md)
+mod n8n;
 mod process;
 mod redaction; // issue 6: audit
 mod retention; // issue 6: audit
