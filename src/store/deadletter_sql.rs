@@ -115,21 +115,26 @@ impl DeadLetterStatements {
     /// The statements spelled for `dialect`.
     pub fn new(dialect: Dialect) -> Self {
         let now = dialect.now();
-        let operator_move = [Move::Resolve, Move::ReplayUngated, Move::ReplayRelease]
-            .into_iter()
-            .map(|mv| {
-                let sql = format!(
-                    "UPDATE runs SET state = '{to}', prev_state = state, version = version + 1, \
+        let operator_move = [
+            Move::Resolve,
+            Move::ReplayUngated,
+            Move::ReplayRelease,
+            Move::ReplayGated,
+        ]
+        .into_iter()
+        .map(|mv| {
+            let sql = format!(
+                "UPDATE runs SET state = '{to}', prev_state = state, version = version + 1, \
                          reason = $4, lease_owner = NULL, lease_expires_at = NULL, \
                          lease_started_at = NULL, audit_seq = audit_seq + 1, updated_at = {now} \
                      WHERE namespace = $2 AND run_key = $3 AND state IN {guard} \
                      RETURNING {RUN_COLUMNS}",
-                    to = mv.to_state().as_str(),
-                    guard = mv.sql_guard()
-                );
-                (mv, sql)
-            })
-            .collect();
+                to = mv.to_state().as_str(),
+                guard = mv.sql_guard()
+            );
+            (mv, sql)
+        })
+        .collect();
         let fail_by_execution = [Move::ExecutionFailed, Move::WorkflowError]
             .into_iter()
             .map(|mv| {

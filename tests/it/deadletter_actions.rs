@@ -236,10 +236,13 @@ async fn gated_replay_needs_a_new_approval(backend: Backend) {
         )
         .await;
     assert_eq!(status, 200, "{replayed}");
-    let detail = dead_letter_of(&app, "crm", "g1").await;
-    assert_eq!(detail["dead_letter"]["state"], "awaiting_human", "{detail}");
+    let (_, run) = app.get_run("crm", "g1").await;
+    assert_eq!(run["state"], "awaiting_human", "{run}");
     assert_eq!(
-        detail["effects"][0]["state"], "failed",
+        app.db
+            .text("SELECT state FROM effects WHERE run_key = 'g1'")
+            .await,
+        "failed",
         "nothing re-queued before approval"
     );
     assert_eq!(app.dispatcher().dispatch_once().await.unwrap().leased, 0);
