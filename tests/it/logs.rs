@@ -20,7 +20,7 @@ const TARGET_SECRET: &str = "Bearer target-credential-5c71e0";
 const CORRELATION: &str = "corr-logtest-1";
 
 /// The server process, killed if a test fails before stopping it.
-struct Running(Child);
+pub(crate) struct Running(pub(crate) Child);
 
 impl Drop for Running {
     fn drop(&mut self) {
@@ -31,7 +31,7 @@ impl Drop for Running {
 
 /// Starts `oncegate --log-format json serve` at trace level, its stderr
 /// going to `log`; returns the process and its base URL.
-fn start(config: &Path, dir: &Path, log: &Path) -> (Running, String) {
+pub(crate) fn start(config: &Path, dir: &Path, log: &Path) -> (Running, String) {
     let mut cmd = command(&["--log-format", "json", "serve"]);
     cmd.env("ONCEGATE_CONFIG", config)
         .env("ONCEGATE_LISTEN", "127.0.0.1:0")

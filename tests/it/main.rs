@@ -6,6 +6,7 @@
 mod api;
 mod approval_policies;
 mod approval_refusals;
+mod approval_secrecy;
 mod approvals;
 mod audit; // issue 6: audit
 mod backup; // issue 6: audit
