@@ -14,6 +14,13 @@
 //!   move that permits them, and the dispatcher that sends each once with
 //!   its idempotency key, classifies the outcome, retries within budget,
 //!   reconciles the unknown and obeys the kill switch.
+//! - [`approval`]: human gates: the gate endpoint's policies
+//!   (`approve_before_act`, `act_with_window`, `approve_by_exception`),
+//!   single-use hashed challenges, browser sessions (token or trusted SSO),
+//!   the confirmation page and the decision transaction, expiry and
+//!   escalation.
+//! - [`validate`]: the AI-output contract: JSON Schema per operation,
+//!   violations with their paths, bounded repairs.
 //! - [`deadletter`]: where automatic work stops: evidence records, the
 //!   operator's resolve / replay / replace, bulk replay jobs and their
 //!   runner, and the workflow's failure report by execution ref.
@@ -56,7 +63,10 @@
 //! leases due effects, sends them outside any transaction, and records each
 //! verdict, its evidence and the run's final move by compare-and-set.
 //! Webhooks take the same road: the ingress stores the raw event and its
-//! forward effect before it acknowledges the provider.
+//! forward effect before it acknowledges the provider. A gated operation
+//! takes a detour: `POST /v1/runs/gate` stages the effects on an approval
+//! challenge, and only the approver's POST moves them into the outbox, in
+//! the same transaction that consumes the challenge.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
