@@ -4,6 +4,7 @@
 //! `scripts/test` starts it when it is not running.
 
 mod api;
+mod approval_browser;
 mod approval_policies;
 mod approval_refusals;
 mod approval_secrecy;

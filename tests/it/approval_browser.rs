@@ -1,0 +1,217 @@
+//! Issue 5's browser test: a person in headless Chromium signs in, opens the
+//! approval link, sees the card, approves, and the target receives the
+//! effect once. Driven through chromedriver's W3C WebDriver protocol.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::approvals::{claim, gate, gated_app, run_state};
+use crate::harness::{eventually, Backend};
+
+/// A chromedriver process and one headless Chromium session.
+struct Browser {
+    driver: Child,
+    http: reqwest::Client,
+    session: String,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+impl Browser {
+    async fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver must be installed (apt-get install chromium chromium-driver)");
+        let mut browser = Self {
+            driver,
+            http: reqwest::Client::new(),
+            session: format!("http://127.0.0.1:{port}"),
+        };
+        let base = browser.session.clone();
+        let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome",
+            "goog:chromeOptions": {"binary": "/usr/bin/chromium", "args": ["--headless=new",
+                "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--window-size=1280,900"]}}}});
+        let http = browser.http.clone();
+        let created: Value = eventually(
+            "chromedriver to open a session",
+            Duration::from_secs(30),
+            || {
+                let (http, caps, base) = (http.clone(), caps.clone(), base.clone());
+                async move {
+                    let resp = http
+                        .post(format!("{base}/session"))
+                        .json(&caps)
+                        .send()
+                        .await
+                        .ok()?;
+                    resp.json::<Value>()
+                        .await
+                        .ok()
+                        .filter(|v| v["value"]["sessionId"].is_string())
+                }
+            },
+        )
+        .await;
+        browser.session = format!(
+            "{base}/session/{}",
+            created["value"]["sessionId"].as_str().unwrap()
+        );
+        browser
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Value) -> Value {
+        let mut req = self
+            .http
+            .request(method.clone(), format!("{}{path}", self.session));
+        if method != reqwest::Method::GET {
+            req = req.json(&body);
+        }
+        let value: Value = req.send().await.unwrap().json().await.unwrap();
+        assert!(
+            value["value"]["error"].is_null(),
+            "webdriver {path}: {value}"
+        );
+        value["value"].clone()
+    }
+
+    async fn go(&self, url: &str) {
+        self.call(reqwest::Method::POST, "/url", json!({ "url": url }))
+            .await;
+    }
+
+    async fn find(&self, css: &str) -> String {
+        let found = self
+            .call(
+                reqwest::Method::POST,
+                "/element",
+                json!({"using": "css selector", "value": css}),
+            )
+            .await;
+        found
+            .as_object()
+            .unwrap()
+            .values()
+            .next()
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    async fn type_into(&self, css: &str, text: &str) {
+        let el = self.find(css).await;
+        self.call(
+            reqwest::Method::POST,
+            &format!("/element/{el}/value"),
+            json!({ "text": text }),
+        )
+        .await;
+    }
+
+    async fn click(&self, css: &str) {
+        let el = self.find(css).await;
+        self.call(
+            reqwest::Method::POST,
+            &format!("/element/{el}/click"),
+            json!({}),
+        )
+        .await;
+    }
+
+    async fn text(&self) -> String {
+        let body = self.find("body").await;
+        self.call(
+            reqwest::Method::GET,
+            &format!("/element/{body}/text"),
+            Value::Null,
+        )
+        .await
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+    }
+
+    async fn url(&self) -> String {
+        self.call(reqwest::Method::GET, "/url", Value::Null)
+            .await
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_approves_in_the_browser_and_the_effect_goes_out_once() {
+    let (app, target, _) = gated_app(Backend::Sqlite, 0.0, 3600).await;
+    let lease = claim(&app, "b-1", Some("ursula")).await;
+    let (status, body) = gate(&app, "b-1", &lease, "send_reply", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let link = body["approval_url"].as_str().unwrap().to_owned();
+    let browser = Browser::start().await;
+    browser.go(&link).await;
+    assert!(
+        browser.text().await.contains("Sign in"),
+        "the link asks an anonymous visitor to sign in"
+    );
+    browser.click("a[href^='/login']").await;
+    browser.type_into("#token", &app.approver).await;
+    browser.click("button[type=submit]").await;
+    let after_login = browser.url().await;
+    assert!(
+        after_login.ends_with(link.trim_start_matches(&app.base)),
+        "back on the link: {after_login}"
+    );
+    let card = browser.text().await;
+    for shown in [
+        "support / b-1",
+        "https://crm.example/tickets/42",
+        "ursula",
+        "support:b-1:reply",
+        "Re-run protocol",
+    ] {
+        assert!(card.contains(shown), "the card shows {shown:?}:\n{card}");
+    }
+    assert_eq!(
+        run_state(&app, "b-1").await,
+        "awaiting_human",
+        "opening the page changed nothing"
+    );
+    browser.click("button[value=approve]").await;
+    assert!(browser.text().await.contains("Decision recorded: approve"));
+    let dispatcher = app.dispatcher();
+    eventually(
+        "the approved effect to be sent",
+        Duration::from_secs(15),
+        || async {
+            dispatcher.dispatch_once().await.unwrap();
+            (run_state(&app, "b-1").await == "completed").then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        target.effect_count_for_key("support:b-1:reply"),
+        1,
+        "sent exactly once"
+    );
+    browser.go(&link).await;
+    assert!(
+        browser.text().await.contains("approved by alice"),
+        "the used link says so"
+    );
+}
