@@ -43,6 +43,9 @@ use super::AppState;
         super::deadletters::jobs::stop,
         super::deadletters::jobs::resume,
         super::timeline::timeline,
+        super::gate::output,
+        super::gate::gate,
+        super::approvals::list,
     ),
     components(schemas(super::Problem)),
     modifiers(&BearerAuth),
@@ -53,6 +56,7 @@ use super::AppState;
         (name = "ops", description = "Health, readiness, metrics"),
         (name = "dead letters", description = "Dead letters: list, inspect, resolve, replay, replace; bulk replay jobs"),
         (name = "audit", description = "A key's timeline and hash-chain status"),
+        (name = "approvals", description = "Model output, the gate, the approvals inbox"),
     )
 )]
 pub struct ApiDoc;

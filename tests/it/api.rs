@@ -418,6 +418,9 @@ async fn openapi_health_and_readiness_are_served() {
         "/v1/runs/complete",
         "/v1/runs/fail",
         "/v1/runs",
+        "/v1/runs/output",
+        "/v1/runs/gate",
+        "/v1/approvals",
         "/readyz",
     ] {
         assert!(
