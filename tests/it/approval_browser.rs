@@ -75,7 +75,13 @@ impl Browser {
         browser
     }
 
-    async fn call(&self, method: reqwest::Method, path: &str, body: Value) -> Value {
+    /// One WebDriver command; `Err` carries the driver's error.
+    async fn try_call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Value,
+    ) -> Result<Value, Value> {
         let mut req = self
             .http
             .request(method.clone(), format!("{}{path}", self.session));
@@ -83,11 +89,17 @@ impl Browser {
             req = req.json(&body);
         }
         let value: Value = req.send().await.unwrap().json().await.unwrap();
-        assert!(
-            value["value"]["error"].is_null(),
-            "webdriver {path}: {value}"
-        );
-        value["value"].clone()
+        if value["value"]["error"].is_null() {
+            Ok(value["value"].clone())
+        } else {
+            Err(value)
+        }
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Value) -> Value {
+        self.try_call(method, path, body)
+            .await
+            .unwrap_or_else(|e| panic!("webdriver {path}: {e}"))
     }
 
     async fn go(&self, url: &str) {
@@ -95,14 +107,19 @@ impl Browser {
             .await;
     }
 
+    /// The element `css` selects, waiting (with a deadline) while a page loads.
     async fn find(&self, css: &str) -> String {
-        let found = self
-            .call(
-                reqwest::Method::POST,
-                "/element",
-                json!({"using": "css selector", "value": css}),
-            )
-            .await;
+        let query = json!({"using": "css selector", "value": css});
+        let found = eventually(
+            &format!("an element {css}"),
+            Duration::from_secs(15),
+            || async {
+                self.try_call(reqwest::Method::POST, "/element", query.clone())
+                    .await
+                    .ok()
+            },
+        )
+        .await;
         found
             .as_object()
             .unwrap()
@@ -112,6 +129,28 @@ impl Browser {
             .as_str()
             .unwrap()
             .to_owned()
+    }
+
+    /// The page's text once it contains `wanted` (polled with a deadline).
+    async fn text_with(&self, wanted: &str) -> String {
+        eventually(
+            &format!("the page to show {wanted:?}"),
+            Duration::from_secs(15),
+            || async {
+                let body = self.find("body").await;
+                let text = self
+                    .try_call(
+                        reqwest::Method::GET,
+                        &format!("/element/{body}/text"),
+                        Value::Null,
+                    )
+                    .await
+                    .ok()?;
+                let text = text.as_str().unwrap_or_default().to_owned();
+                text.contains(wanted).then_some(text)
+            },
+        )
+        .await
     }
 
     async fn type_into(&self, css: &str, text: &str) {
@@ -134,19 +173,6 @@ impl Browser {
         .await;
     }
 
-    async fn text(&self) -> String {
-        let body = self.find("body").await;
-        self.call(
-            reqwest::Method::GET,
-            &format!("/element/{body}/text"),
-            Value::Null,
-        )
-        .await
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
-    }
-
     async fn url(&self) -> String {
         self.call(reqwest::Method::GET, "/url", Value::Null)
             .await
@@ -165,19 +191,17 @@ async fn a_person_approves_in_the_browser_and_the_effect_goes_out_once() {
     let link = body["approval_url"].as_str().unwrap().to_owned();
     let browser = Browser::start().await;
     browser.go(&link).await;
-    assert!(
-        browser.text().await.contains("Sign in"),
-        "the link asks an anonymous visitor to sign in"
-    );
+    // The link asks an anonymous visitor to sign in.
+    browser.text_with("Sign in").await;
     browser.click("a[href^='/login']").await;
     browser.type_into("#token", &app.approver).await;
     browser.click("button[type=submit]").await;
+    let card = browser.text_with("Re-run protocol").await;
     let after_login = browser.url().await;
     assert!(
         after_login.ends_with(link.trim_start_matches(&app.base)),
         "back on the link: {after_login}"
     );
-    let card = browser.text().await;
     for shown in [
         "support / b-1",
         "https://crm.example/tickets/42",
@@ -193,7 +217,7 @@ async fn a_person_approves_in_the_browser_and_the_effect_goes_out_once() {
         "opening the page changed nothing"
     );
     browser.click("button[value=approve]").await;
-    assert!(browser.text().await.contains("Decision recorded: approve"));
+    browser.text_with("Decision recorded: approve").await;
     let dispatcher = app.dispatcher();
     eventually(
         "the approved effect to be sent",
@@ -210,8 +234,6 @@ async fn a_person_approves_in_the_browser_and_the_effect_goes_out_once() {
         "sent exactly once"
     );
     browser.go(&link).await;
-    assert!(
-        browser.text().await.contains("approved by alice"),
-        "the used link says so"
-    );
+    // The used link says so.
+    browser.text_with("approved by alice").await;
 }
