@@ -258,14 +258,18 @@ pub async fn open_store(config: &Config, clock: SharedClock) -> Result<SharedSto
         clock,
         use_db_clock: true,
     };
-    store::connect(&config.database.url, options)
-        .await
-        .with_context(|| {
-            format!(
-                "opening database {}",
-                store::redact_url(&config.database.url)
-            )
-        })
+    store::connect_with(
+        &config.database.url,
+        options,
+        config.database.group_commit(),
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "opening database {}",
+            store::redact_url(&config.database.url)
+        )
+    })
 }
 
 /// Builds the app around a migrated store. When no token is configured and

@@ -111,6 +111,12 @@ pub struct DatabaseConfig {
     pub max_connections: u32,
     /// SQLite: how long to wait on a locked database, in milliseconds.
     pub busy_timeout_ms: u64,
+    // Group commit (the benchmark issue): SQLite batching of writes.
+    /// SQLite: most writes committed in one durable transaction.
+    pub group_commit_max_batch: usize,
+    /// SQLite: how long a batch waits for more writes once none is queued,
+    /// in microseconds (0: commit as soon as the queue is empty).
+    pub group_commit_max_wait_us: u64,
 }
 
 impl Default for DatabaseConfig {
@@ -119,6 +125,18 @@ impl Default for DatabaseConfig {
             url: "sqlite://oncegate.db".into(),
             max_connections: 8,
             busy_timeout_ms: 5_000,
+            group_commit_max_batch: 64,
+            group_commit_max_wait_us: 0,
+        }
+    }
+}
+
+impl DatabaseConfig {
+    /// SQLite's group-commit batching, from `group_commit_*`.
+    pub fn group_commit(&self) -> crate::store::group_commit::GroupCommitOptions {
+        crate::store::group_commit::GroupCommitOptions {
+            max_batch: self.group_commit_max_batch,
+            max_wait: std::time::Duration::from_micros(self.group_commit_max_wait_us),
         }
     }
 }
@@ -242,6 +260,14 @@ pub const ENV_VARS: &[(&str, &str)] = &[
         "ONCEGATE_DATABASE_BUSY_TIMEOUT_MS",
         "database.busy_timeout_ms",
     ),
+    (
+        "ONCEGATE_DATABASE_GROUP_COMMIT_MAX_BATCH",
+        "database.group_commit_max_batch",
+    ),
+    (
+        "ONCEGATE_DATABASE_GROUP_COMMIT_MAX_WAIT_US",
+        "database.group_commit_max_wait_us",
+    ),
     ("ONCEGATE_DEFAULT_LEASE_MS", "ledger.default_lease_ms"),
     ("ONCEGATE_MAX_LEASE_MS", "ledger.max_lease_ms"),
     ("ONCEGATE_MAX_LEASE_LIFE_MS", "ledger.max_lease_life_ms"),
@@ -310,6 +336,18 @@ impl Config {
             return Err(ConfigError::field(
                 "database.max_connections",
                 "must be at least 1",
+            ));
+        }
+        if !(1..=4096).contains(&self.database.group_commit_max_batch) {
+            return Err(ConfigError::field(
+                "database.group_commit_max_batch",
+                "must be between 1 and 4096",
+            ));
+        }
+        if self.database.group_commit_max_wait_us > 100_000 {
+            return Err(ConfigError::field(
+                "database.group_commit_max_wait_us",
+                "must be at most 100000 (0.1 s): every write in a batch waits this long",
             ));
         }
         let l = &self.ledger;

@@ -29,6 +29,8 @@ mod claims;
 mod effects;
 pub mod error;
 mod health;
+// The benchmark floor (POST /v1/noop).
+mod noop;
 pub mod openapi;
 pub mod runs;
 
@@ -65,6 +67,7 @@ pub fn router(state: AppState) -> Router {
         .merge(runs::router(state.clone()))
         .merge(effects::router(state.clone()))
         .merge(admin::router(state.clone()))
+        .merge(noop::router(state.clone()))
         .merge(crate::ingress::router())
         .merge(health::router())
         .merge(openapi::router())

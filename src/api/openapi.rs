@@ -27,6 +27,7 @@ use super::AppState;
         super::health::healthz,
         super::health::readyz,
         super::health::metrics,
+        super::noop::noop,
     ),
     components(schemas(super::Problem)),
     modifiers(&BearerAuth),

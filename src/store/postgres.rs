@@ -24,6 +24,10 @@ use crate::outbox::{ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffe
 use serde_json::Value;
 
 mod ops {
+    /// Writes go to the pool: PostgreSQL batches concurrent commits itself.
+    pub(crate) type Writer = sqlx::PgPool;
+    /// One write: a pool transaction.
+    pub(crate) type WriteTx = sqlx::Transaction<'static, sqlx::Postgres>;
     crate::ledger_ops!(sqlx::Postgres);
     crate::outbox_ops!(sqlx::Postgres);
 }
@@ -224,7 +228,7 @@ impl Store for PgStore {
     }
 
     async fn insert_token(&self, token: &StoredToken) -> Result<()> {
-        ops::insert_token(&self.pool, &self.st, token, self.clock.now_ms()).await
+        ops::insert_token(&self.cx(), token).await
     }
 
     async fn close(&self) {

@@ -226,12 +226,20 @@ pub fn explain_lost(current: Option<&Run>, lease: &Lease, now: Millis) -> String
 ///
 /// Written as a macro rather than generic code because sqlx's executor
 /// bounds cannot be named once and implied; the body is ordinary Rust.
+///
+/// The expansion site names where writes go: `Writer` (with an async
+/// `begin()`) and `WriteTx` (what `begin()` returns: `commit()`,
+/// `rollback()`, and a deref to the connection). SQLite's are the
+/// [group-commit executor](super::group_commit) and its turn; PostgreSQL's
+/// the pool and its transaction. Every write runs in a `WriteTx`
+/// (`let mut tx = cx.write.begin().await?; …; tx.commit().await?`), so a
+/// new operation written this way is group-committed on SQLite for free.
 #[macro_export]
 #[doc(hidden)]
 macro_rules! ledger_ops {
     ($db:ty) => {
         use serde_json::{json, Value};
-        use sqlx::{Pool, Transaction};
+        use sqlx::Pool;
 
         use $crate::audit::{AuditEntry, AuditRecord};
         use $crate::clock::Millis;
@@ -245,11 +253,13 @@ macro_rules! ledger_ops {
         use $crate::store::sql::{explain_lost, Statements};
         use $crate::store::{Result, StoreError, StoredToken};
 
-        /// One call's view of the database: the pools, the statements,
-        /// and the time (`now` is bound into statements; `None` lets
-        /// PostgreSQL use its own clock; `clock_now` explains refusals).
+        /// One call's view of the database: where writes go (`Writer`:
+        /// the group-commit executor on SQLite, the pool on PostgreSQL;
+        /// each write begins a `WriteTx` there), the read pool, the
+        /// statements, and the time (`now` is bound into statements; `None`
+        /// lets PostgreSQL use its own clock; `clock_now` explains refusals).
         pub(crate) struct Cx<'a> {
-            pub(crate) write: &'a Pool<$db>,
+            pub(crate) write: &'a Writer,
             pub(crate) read: &'a Pool<$db>,
             pub(crate) st: &'a Statements,
             pub(crate) now: Option<Millis>,
@@ -258,7 +268,7 @@ macro_rules! ledger_ops {
 
         /// Appends the audit entry for a move and advances the chain head.
         pub(crate) async fn record(
-            tx: &mut Transaction<'static, $db>,
+            tx: &mut WriteTx,
             st: &Statements,
             row: &RunRow,
             run: &Run,
@@ -333,7 +343,7 @@ macro_rules! ledger_ops {
         }
 
         async fn try_claim(
-            tx: &mut Transaction<'static, $db>,
+            tx: &mut WriteTx,
             cx: &Cx<'_>,
             req: &ClaimRequest,
         ) -> Result<Attempt> {
@@ -456,7 +466,7 @@ macro_rules! ledger_ops {
         }
 
         pub(crate) async fn insert_effect(
-            tx: &mut Transaction<'static, $db>,
+            tx: &mut WriteTx,
             cx: &Cx<'_>,
             run: &Run,
             effect: &NewEffect,
@@ -485,7 +495,7 @@ macro_rules! ledger_ops {
         }
 
         async fn insert_raw_event(
-            tx: &mut Transaction<'static, $db>,
+            tx: &mut WriteTx,
             st: &Statements,
             event: &RawEvent,
         ) -> Result<()> {
@@ -552,7 +562,7 @@ macro_rules! ledger_ops {
         /// explain to the caller why its lease lost the run.
         async fn conclude(
             cx: &Cx<'_>,
-            mut tx: Transaction<'static, $db>,
+            mut tx: WriteTx,
             call: &OwnerCall,
             updated: Option<RunRow>,
             kind: Move,
@@ -661,20 +671,17 @@ macro_rules! ledger_ops {
             Ok(rows.into_iter().map(StoredToken::from).collect())
         }
 
-        pub(crate) async fn insert_token(
-            pool: &Pool<$db>,
-            st: &Statements,
-            token: &StoredToken,
-            now: Millis,
-        ) -> Result<()> {
-            sqlx::query(&st.insert_token)
+        pub(crate) async fn insert_token(cx: &Cx<'_>, token: &StoredToken) -> Result<()> {
+            let mut tx = cx.write.begin().await?;
+            sqlx::query(&cx.st.insert_token)
                 .bind(&token.digest)
                 .bind(&token.subject)
                 .bind(token.scopes.join(","))
                 .bind(token.roles.join(","))
-                .bind(now)
-                .execute(pool)
+                .bind(cx.clock_now)
+                .execute(&mut *tx)
                 .await?;
+            tx.commit().await?;
             Ok(())
         }
     };

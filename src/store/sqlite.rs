@@ -1,10 +1,12 @@
 //! The embedded SQLite backend: one node, durable by default.
 //!
-//! Every pooled connection runs in WAL mode with `synchronous=FULL`, a busy
+//! Every connection runs in WAL mode with `synchronous=FULL`, a busy
 //! timeout and foreign keys on (set by the connect options, so a connection
-//! the pool opens later gets them too). Writes go through a pool of one
-//! connection, so they queue in the process instead of spinning on
-//! `SQLITE_BUSY`; reads use a separate pool and never wait for writers.
+//! the pool opens later gets them too). Writes go through one connection
+//! owned by the [group-commit executor](super::group_commit): concurrent
+//! claims, moves and effect inserts share one durable transaction, each in
+//! its own savepoint, and each caller is answered once that transaction is
+//! on disk. Reads use a separate pool and never wait for the writer.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -13,6 +15,7 @@ use async_trait::async_trait;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::SqlitePool;
 
+use super::group_commit::{GroupCommit, GroupCommitOptions};
 use super::sql::{Dialect, Statements};
 use super::{Result, Store, StoreOptions, StoredToken};
 use crate::audit::AuditRecord;
@@ -25,6 +28,10 @@ use crate::outbox::{ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffe
 use serde_json::Value;
 
 mod ops {
+    /// Writes go through the group-commit executor.
+    pub(crate) type Writer = crate::store::group_commit::GroupCommit;
+    /// One write: a turn in a group commit.
+    pub(crate) type WriteTx = crate::store::group_commit::Turn;
     crate::ledger_ops!(sqlx::Sqlite);
     crate::outbox_ops!(sqlx::Sqlite);
 }
@@ -34,19 +41,33 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 /// The SQLite store.
 #[derive(Debug)]
 pub struct SqliteStore {
-    write: SqlitePool,
+    write: GroupCommit,
     read: SqlitePool,
+    connect: SqliteConnectOptions,
     st: Statements,
     clock: SharedClock,
 }
 
 impl SqliteStore {
-    /// Opens the database file a `sqlite://PATH` URL names, creating it.
+    /// Opens the database file a `sqlite://PATH` URL names, creating it,
+    /// with the default group commit.
     ///
     /// # Errors
     /// The URL does not parse, names an in-memory database (two pools would
     /// see two databases), or the file cannot be opened.
     pub async fn connect(url: &str, options: StoreOptions) -> Result<Self> {
+        Self::connect_with(url, options, GroupCommitOptions::default()).await
+    }
+
+    /// Opens the database with the given group-commit batching.
+    ///
+    /// # Errors
+    /// As [`SqliteStore::connect`].
+    pub async fn connect_with(
+        url: &str,
+        options: StoreOptions,
+        group: GroupCommitOptions,
+    ) -> Result<Self> {
         if url.contains(":memory:") || url.contains("mode=memory") {
             return Err(super::StoreError::UnsupportedUrl(format!(
                 "{url} (in-memory SQLite loses every claim on exit; name a file)"
@@ -58,24 +79,22 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_millis(options.busy_timeout_ms))
             .foreign_keys(true);
-        let write = SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect_with(connect.clone())
-            .await?;
+        let write = GroupCommit::start(&connect, group).await?;
         let read = SqlitePoolOptions::new()
             .max_connections(options.max_connections.max(1))
-            .connect_with(connect.read_only(false))
+            .connect_with(connect.clone())
             .await?;
         Ok(Self {
             write,
             read,
+            connect,
             st: Statements::new(Dialect::Sqlite),
             clock: options.clock,
         })
     }
 
-    /// The pool writes go through (one connection).
-    pub fn write_pool(&self) -> &SqlitePool {
+    /// The group-commit executor every write goes through.
+    pub fn writer(&self) -> &GroupCommit {
         &self.write
     }
 
@@ -107,8 +126,15 @@ impl Store for SqliteStore {
     }
 
     async fn migrate(&self) -> Result<()> {
-        MIGRATOR.run(&self.write).await?;
-        Ok(())
+        // Migrations take their own connection: they manage their own
+        // transactions, which a turn inside a batch cannot.
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(self.connect.clone())
+            .await?;
+        let migrated = MIGRATOR.run(&pool).await;
+        pool.close().await;
+        Ok(migrated?)
     }
 
     async fn ping(&self) -> Result<()> {
@@ -207,7 +233,7 @@ impl Store for SqliteStore {
     }
 
     async fn insert_token(&self, token: &StoredToken) -> Result<()> {
-        ops::insert_token(&self.write, &self.st, token, self.now()).await
+        ops::insert_token(&self.cx(), token).await
     }
 
     async fn close(&self) {

@@ -1,0 +1,434 @@
+//! Group commit for SQLite: one writer task, one durable transaction per batch.
+//!
+//! SQLite with `synchronous=FULL` spends most of a small write in the
+//! commit's `fsync`. One commit per request caps a node at a few thousand
+//! writes a second; one commit for every request that arrived while the
+//! previous commit was syncing costs one `fsync` for all of them.
+//!
+//! # How it works
+//!
+//! [`GroupCommit`] owns the store's only write connection inside a task.
+//! A caller asks for a turn with [`GroupCommit::begin`], exactly as it
+//! would begin a transaction on a pool. The writer opens a batch
+//! (`BEGIN IMMEDIATE`), and for each waiting caller in arrival order sets a
+//! `SAVEPOINT` and lends it the connection as a [`Turn`]. The caller runs
+//! its statements on the turn (it derefs to the connection) and ends it:
+//!
+//! - [`Turn::commit`] keeps the job's writes in the batch;
+//! - [`Turn::rollback`], or dropping the turn (an error returned with `?`,
+//!   a cancelled request), makes the writer `ROLLBACK TO` the job's
+//!   savepoint, so that one job fails alone and the rest of the batch stays.
+//!
+//! When no caller is waiting, or the batch holds `max_batch` jobs (after
+//! waiting up to `max_wait` for more), the writer commits. Both `commit`
+//! and `rollback` return only once that commit is durable, and report its
+//! failure: a caller is never answered from writes that could still be
+//! lost, and one that lost a race reads the winner's committed row.
+//!
+//! # Running a new write through it
+//!
+//! Write operations live in the [`ledger_ops!`](crate::ledger_ops) and
+//! [`outbox_ops!`](crate::outbox_ops) macros, where `cx.write` is this
+//! executor on SQLite and the pool on PostgreSQL, and `WriteTx` is
+//! [`Turn`] or a pool transaction. A new method follows the one pattern
+//! every existing one uses:
+//!
+//! ```text
+//! let mut tx = cx.write.begin().await?;   // a turn in the next batch
+//! sqlx::query(&cx.st.my_statement).bind(…).execute(&mut *tx).await?;
+//! tx.commit().await?;                      // returns once durable
+//! ```
+//!
+//! Helpers take `tx: &mut WriteTx` and run statements on `&mut **tx`. Two
+//! rules: never run a write statement on anything but a turn (there is no
+//! write pool to run it on), and never begin a second turn while holding
+//! one (the writer is lending its only connection to the first, so the
+//! second would wait for ever). Reads that need no transaction use the
+//! read pool and never wait for the writer.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
+use sqlx::Connection;
+use tokio::sync::{mpsc, oneshot};
+
+/// How batches are formed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupCommitOptions {
+    /// Most jobs in one transaction.
+    pub max_batch: usize,
+    /// How long a batch waits for more jobs once nobody is queued. Zero
+    /// commits as soon as the queue is empty: jobs that arrive during a
+    /// commit form the next batch, which already batches well under load.
+    pub max_wait: Duration,
+}
+
+impl Default for GroupCommitOptions {
+    fn default() -> Self {
+        Self {
+            max_batch: 64,
+            max_wait: Duration::ZERO,
+        }
+    }
+}
+
+/// Why a batch failed to become durable (shared by every job in it).
+#[derive(Debug, thiserror::Error)]
+#[error("the group commit failed; nothing in its batch was stored")]
+pub struct BatchFailed(#[source] pub Arc<sqlx::Error>);
+
+type Durable = Result<(), Arc<sqlx::Error>>;
+
+/// What the writer hands a caller: its connection, for one job.
+struct Lent {
+    conn: SqliteConnection,
+    back: oneshot::Sender<Returned>,
+    durable: oneshot::Receiver<Durable>,
+}
+
+/// What a caller hands back.
+#[derive(Debug)]
+struct Returned {
+    conn: SqliteConnection,
+    keep: bool,
+}
+
+enum Request {
+    Job(oneshot::Sender<Result<Lent, sqlx::Error>>),
+    Close(oneshot::Sender<()>),
+}
+
+/// The single-writer group-commit executor (see the module docs).
+#[derive(Debug)]
+pub struct GroupCommit {
+    requests: mpsc::UnboundedSender<Request>,
+}
+
+impl GroupCommit {
+    /// Opens the write connection and starts the writer task.
+    ///
+    /// # Errors
+    /// The connection cannot be opened.
+    pub async fn start(
+        connect: &SqliteConnectOptions,
+        options: GroupCommitOptions,
+    ) -> Result<Self, sqlx::Error> {
+        let conn = SqliteConnection::connect_with(connect).await?;
+        let (requests, queue) = mpsc::unbounded_channel();
+        let writer = Writer {
+            queue,
+            connect: connect.clone(),
+            options: GroupCommitOptions {
+                max_batch: options.max_batch.max(1),
+                ..options
+            },
+            next: None,
+        };
+        tokio::spawn(writer.run(conn));
+        Ok(Self { requests })
+    }
+
+    /// Waits for a turn on the write connection, inside the next batch.
+    ///
+    /// # Errors
+    /// [`sqlx::Error::PoolClosed`] after [`GroupCommit::close`]; the
+    /// database's error when the batch could not begin.
+    pub async fn begin(&self) -> Result<Turn, sqlx::Error> {
+        let (tx, rx) = oneshot::channel();
+        self.requests
+            .send(Request::Job(tx))
+            .map_err(|_| sqlx::Error::PoolClosed)?;
+        let lent = rx.await.map_err(|_| sqlx::Error::PoolClosed)??;
+        Ok(Turn {
+            conn: Some(lent.conn),
+            back: Some(lent.back),
+            durable: Some(lent.durable),
+        })
+    }
+
+    /// Lets the jobs queued so far finish, then closes the connection.
+    /// Later calls to [`GroupCommit::begin`] fail.
+    pub async fn close(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.requests.send(Request::Close(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
+
+/// One job's exclusive use of the write connection, inside a batch.
+///
+/// Derefs to the connection: run statements on `&mut *turn`. End it with
+/// [`Turn::commit`] or [`Turn::rollback`]; dropping it rolls the job back.
+#[derive(Debug)]
+pub struct Turn {
+    conn: Option<SqliteConnection>,
+    back: Option<oneshot::Sender<Returned>>,
+    durable: Option<oneshot::Receiver<Durable>>,
+}
+
+impl Turn {
+    /// Keeps this job's writes and waits until its batch is durable.
+    ///
+    /// # Errors
+    /// The batch's commit failed: none of its writes are stored.
+    pub async fn commit(mut self) -> Result<(), sqlx::Error> {
+        self.give_back(true);
+        self.wait().await
+    }
+
+    /// Undoes this job's writes (the rest of its batch stays) and waits
+    /// until the batch is durable, so that what the caller reads next
+    /// includes everything committed before it.
+    ///
+    /// # Errors
+    /// The batch's commit failed.
+    pub async fn rollback(mut self) -> Result<(), sqlx::Error> {
+        self.give_back(false);
+        self.wait().await
+    }
+
+    fn give_back(&mut self, keep: bool) {
+        if let (Some(conn), Some(back)) = (self.conn.take(), self.back.take()) {
+            // The writer is waiting on this channel; it only closes if the
+            // writer task is gone, and then the connection goes with it.
+            let _ = back.send(Returned { conn, keep });
+        }
+    }
+
+    async fn wait(&mut self) -> Result<(), sqlx::Error> {
+        let durable = self.durable.take().ok_or(sqlx::Error::PoolClosed)?;
+        match durable.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(err)) => Err(sqlx::Error::Io(std::io::Error::other(BatchFailed(err)))),
+            Err(_) => Err(sqlx::Error::WorkerCrashed),
+        }
+    }
+}
+
+impl std::ops::Deref for Turn {
+    type Target = SqliteConnection;
+
+    fn deref(&self) -> &SqliteConnection {
+        self.conn
+            .as_ref()
+            .expect("a turn holds the connection until it ends")
+    }
+}
+
+impl std::ops::DerefMut for Turn {
+    fn deref_mut(&mut self) -> &mut SqliteConnection {
+        self.conn
+            .as_mut()
+            .expect("a turn holds the connection until it ends")
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.give_back(false);
+    }
+}
+
+/// The writer task's state.
+struct Writer {
+    queue: mpsc::UnboundedReceiver<Request>,
+    /// To reopen the connection if a turn never returns it.
+    connect: SqliteConnectOptions,
+    options: GroupCommitOptions,
+    /// A request taken from the queue that belongs to the next batch.
+    next: Option<Request>,
+}
+
+/// A job's place in the open batch.
+type Waiter = oneshot::Sender<Durable>;
+
+impl Writer {
+    async fn run(mut self, mut conn: SqliteConnection) {
+        loop {
+            let request = match self.next.take() {
+                Some(request) => request,
+                None => match self.queue.recv().await {
+                    Some(request) => request,
+                    None => break,
+                },
+            };
+            match request {
+                Request::Close(ack) => {
+                    let _ = conn.close().await;
+                    let _ = ack.send(());
+                    return;
+                }
+                Request::Job(first) => match self.batch(conn, first).await {
+                    Some(back) => conn = back,
+                    None => match SqliteConnection::connect_with(&self.connect).await {
+                        Ok(fresh) => conn = fresh,
+                        Err(err) => {
+                            tracing::error!(error = %err, "the group-commit writer cannot reconnect; writes stop");
+                            return;
+                        }
+                    },
+                },
+            }
+        }
+        let _ = conn.close().await;
+    }
+
+    /// Runs one batch; `None` when the connection was lost with it.
+    async fn batch(
+        &mut self,
+        mut conn: SqliteConnection,
+        first: oneshot::Sender<Result<Lent, sqlx::Error>>,
+    ) -> Option<SqliteConnection> {
+        if let Err(err) = exec(&mut conn, "BEGIN IMMEDIATE").await {
+            let _ = first.send(Err(err));
+            return Some(conn);
+        }
+        let mut waiters: Vec<Waiter> = Vec::with_capacity(self.options.max_batch);
+        let started = Instant::now();
+        let mut job = Some(first);
+        while let Some(lend) = job.take() {
+            match serve(conn, lend, &mut waiters).await {
+                Served::Ok(back) => conn = back,
+                Served::Broken(back, err) => return Some(abort(back, waiters, err).await),
+                Served::Lost => {
+                    let err = Arc::new(sqlx::Error::WorkerCrashed);
+                    for waiter in waiters {
+                        let _ = waiter.send(Err(err.clone()));
+                    }
+                    return None;
+                }
+            }
+            if waiters.len() < self.options.max_batch {
+                job = self.next_job(started).await;
+            }
+        }
+        match exec(&mut conn, "COMMIT").await {
+            Ok(_) => {
+                for waiter in waiters {
+                    let _ = waiter.send(Ok(()));
+                }
+                Some(conn)
+            }
+            Err(err) => Some(abort(conn, waiters, Arc::new(err)).await),
+        }
+    }
+
+    /// The next job for the open batch, if one comes in time.
+    async fn next_job(
+        &mut self,
+        started: Instant,
+    ) -> Option<oneshot::Sender<Result<Lent, sqlx::Error>>> {
+        let request = match self.queue.try_recv() {
+            Ok(request) => request,
+            Err(mpsc::error::TryRecvError::Disconnected) => return None,
+            Err(mpsc::error::TryRecvError::Empty) => {
+                let left = self.options.max_wait.checked_sub(started.elapsed())?;
+                if left.is_zero() {
+                    return None;
+                }
+                self.wait_for_job(left).await?
+            }
+        };
+        match request {
+            Request::Job(lend) => Some(lend),
+            close @ Request::Close(_) => {
+                self.next = Some(close);
+                None
+            }
+        }
+    }
+
+    /// Waits up to `left` for a request. Tokio's timer counts whole
+    /// milliseconds, so shorter waits yield to the runtime instead: the
+    /// tasks that run meanwhile are the ones about to send a job.
+    async fn wait_for_job(&mut self, left: Duration) -> Option<Request> {
+        if left >= Duration::from_millis(1) {
+            return tokio::time::timeout(left, self.queue.recv())
+                .await
+                .ok()
+                .flatten();
+        }
+        let deadline = Instant::now() + left;
+        while Instant::now() < deadline {
+            tokio::task::yield_now().await;
+            if let Ok(request) = self.queue.try_recv() {
+                return Some(request);
+            }
+        }
+        None
+    }
+}
+
+enum Served {
+    Ok(SqliteConnection),
+    /// The batch cannot go on (a savepoint statement failed).
+    Broken(SqliteConnection, Arc<sqlx::Error>),
+    /// The connection never came back (its turn was leaked): its batch
+    /// is gone with it, and the writer opens a new one.
+    Lost,
+}
+
+/// Lends the connection for one job inside a savepoint and takes it back.
+async fn serve(
+    mut conn: SqliteConnection,
+    lend: oneshot::Sender<Result<Lent, sqlx::Error>>,
+    waiters: &mut Vec<Waiter>,
+) -> Served {
+    if lend.is_closed() {
+        // The caller gave up while queued.
+        return Served::Ok(conn);
+    }
+    if let Err(err) = exec(&mut conn, "SAVEPOINT og_job").await {
+        return Served::Broken(conn, Arc::new(err));
+    }
+    let (back_tx, back_rx) = oneshot::channel();
+    let (durable_tx, durable_rx) = oneshot::channel();
+    let lent = Lent {
+        conn,
+        back: back_tx,
+        durable: durable_rx,
+    };
+    let returned = match lend.send(Ok(lent)) {
+        Ok(()) => match back_rx.await {
+            Ok(returned) => returned,
+            Err(_) => return Served::Lost,
+        },
+        // The caller went away between asking and receiving: nothing ran.
+        Err(unsent) => match unsent {
+            Ok(lent) => Returned {
+                conn: lent.conn,
+                keep: true,
+            },
+            Err(_) => return Served::Lost,
+        },
+    };
+    waiters.push(durable_tx);
+    let mut conn = returned.conn;
+    if !returned.keep {
+        if let Err(err) = exec(&mut conn, "ROLLBACK TO og_job").await {
+            return Served::Broken(conn, Arc::new(err));
+        }
+    }
+    Served::Ok(conn)
+}
+
+/// Rolls the whole batch back and tells every job why.
+async fn abort(
+    mut conn: SqliteConnection,
+    waiters: Vec<Waiter>,
+    err: Arc<sqlx::Error>,
+) -> SqliteConnection {
+    tracing::error!(error = %err, jobs = waiters.len(), "group commit failed; batch rolled back");
+    let _ = exec(&mut conn, "ROLLBACK").await;
+    for waiter in waiters {
+        let _ = waiter.send(Err(err.clone()));
+    }
+    conn
+}
+
+/// Runs one fixed statement.
+async fn exec(conn: &mut SqliteConnection, sql: &'static str) -> Result<(), sqlx::Error> {
+    sqlx::query(sql).execute(conn).await.map(|_| ())
+}
