@@ -253,7 +253,7 @@ pub fn new_token_text(subject: &str, scopes: &[Scope], roles: &[String]) -> Stri
 /// The database cannot be reached or the URL is unsupported.
 pub async fn open_store(config: &Config, clock: SharedClock) -> Result<SharedStore> {
     let options = StoreOptions {
-        max_connections: config.database.max_connections,
+        max_connections: config.database.pool_size(),
         busy_timeout_ms: config.database.busy_timeout_ms,
         clock,
         use_db_clock: true,

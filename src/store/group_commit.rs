@@ -46,6 +46,7 @@
 //! second would wait for ever). Reads that need no transaction use the
 //! read pool and never wait for the writer.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -71,6 +72,21 @@ impl Default for GroupCommitOptions {
             max_wait: Duration::ZERO,
         }
     }
+}
+
+/// What the writer has committed so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupCommitStats {
+    /// Durable commits.
+    pub batches: u64,
+    /// Jobs in them (kept or rolled back to their savepoint).
+    pub jobs: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    batches: AtomicU64,
+    jobs: AtomicU64,
 }
 
 /// Why a batch failed to become durable (shared by every job in it).
@@ -103,21 +119,26 @@ enum Request {
 #[derive(Debug)]
 pub struct GroupCommit {
     requests: mpsc::UnboundedSender<Request>,
+    /// The writer thread's own runtime, where write operations run.
+    runtime: tokio::runtime::Handle,
+    counters: Arc<Counters>,
 }
 
 impl GroupCommit {
-    /// Opens the write connection and starts the writer task.
+    /// Opens the write connection and starts the writer on its own thread.
     ///
     /// # Errors
-    /// The connection cannot be opened.
+    /// The connection cannot be opened, or the thread not started.
     pub async fn start(
         connect: &SqliteConnectOptions,
         options: GroupCommitOptions,
     ) -> Result<Self, sqlx::Error> {
         let conn = SqliteConnection::connect_with(connect).await?;
         let (requests, queue) = mpsc::unbounded_channel();
+        let counters = Arc::new(Counters::default());
         let writer = Writer {
             queue,
+            counters: counters.clone(),
             connect: connect.clone(),
             options: GroupCommitOptions {
                 max_batch: options.max_batch.max(1),
@@ -125,8 +146,49 @@ impl GroupCommit {
             },
             next: None,
         };
-        tokio::spawn(writer.run(conn));
-        Ok(Self { requests })
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let handle = runtime.handle().clone();
+        std::thread::Builder::new()
+            .name("oncegate-writer".into())
+            .spawn(move || runtime.block_on(writer.run(conn)))?;
+        Ok(Self {
+            requests,
+            runtime: handle,
+            counters,
+        })
+    }
+
+    /// Batches and jobs committed so far.
+    pub fn stats(&self) -> GroupCommitStats {
+        GroupCommitStats {
+            batches: self.counters.batches.load(Ordering::Relaxed),
+            jobs: self.counters.jobs.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Runs a whole write operation on the writer's thread and returns its
+    /// output. Operations that [`begin`](Self::begin) their turns there
+    /// pass the connection back and forth without queueing behind the
+    /// HTTP server's tasks: under load, a turn handed to a task on the
+    /// server's runtime waits for every task queued before it.
+    ///
+    /// # Errors
+    /// [`sqlx::Error::PoolClosed`] once the writer has stopped;
+    /// [`sqlx::Error::WorkerCrashed`] if the operation panicked.
+    pub async fn run<F>(&self, operation: F) -> Result<F::Output, sqlx::Error>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.runtime.spawn(operation).await.map_err(|e| {
+            if e.is_panic() {
+                sqlx::Error::WorkerCrashed
+            } else {
+                sqlx::Error::PoolClosed
+            }
+        })
     }
 
     /// Waits for a turn on the write connection, inside the next batch.
@@ -234,6 +296,7 @@ impl Drop for Turn {
 /// The writer task's state.
 struct Writer {
     queue: mpsc::UnboundedReceiver<Request>,
+    counters: Arc<Counters>,
     /// To reopen the connection if a turn never returns it.
     connect: SqliteConnectOptions,
     options: GroupCommitOptions,
@@ -281,15 +344,18 @@ impl Writer {
         mut conn: SqliteConnection,
         first: oneshot::Sender<Result<Lent, sqlx::Error>>,
     ) -> Option<SqliteConnection> {
-        if let Err(err) = exec(&mut conn, "BEGIN IMMEDIATE").await {
+        // The first job's savepoint rides along: one trip to SQLite's thread.
+        if let Err(err) = exec(&mut conn, "BEGIN IMMEDIATE; SAVEPOINT og_job").await {
+            let _ = exec(&mut conn, "ROLLBACK").await;
             let _ = first.send(Err(err));
             return Some(conn);
         }
         let mut waiters: Vec<Waiter> = Vec::with_capacity(self.options.max_batch);
         let started = Instant::now();
         let mut job = Some(first);
+        let mut savepoint_taken = true;
         while let Some(lend) = job.take() {
-            match serve(conn, lend, &mut waiters).await {
+            match serve(conn, lend, savepoint_taken, &mut waiters).await {
                 Served::Ok(back) => conn = back,
                 Served::Broken(back, err) => return Some(abort(back, waiters, err).await),
                 Served::Lost => {
@@ -300,12 +366,16 @@ impl Writer {
                     return None;
                 }
             }
+            savepoint_taken = false;
             if waiters.len() < self.options.max_batch {
                 job = self.next_job(started).await;
             }
         }
         match exec(&mut conn, "COMMIT").await {
-            Ok(_) => {
+            Ok(()) => {
+                self.counters.batches.fetch_add(1, Ordering::Relaxed);
+                let jobs = waiters.len() as u64;
+                self.counters.jobs.fetch_add(jobs, Ordering::Relaxed);
                 for waiter in waiters {
                     let _ = waiter.send(Ok(()));
                 }
@@ -374,14 +444,17 @@ enum Served {
 async fn serve(
     mut conn: SqliteConnection,
     lend: oneshot::Sender<Result<Lent, sqlx::Error>>,
+    savepoint_taken: bool,
     waiters: &mut Vec<Waiter>,
 ) -> Served {
     if lend.is_closed() {
-        // The caller gave up while queued.
+        // The caller gave up while queued (an unused savepoint is harmless).
         return Served::Ok(conn);
     }
-    if let Err(err) = exec(&mut conn, "SAVEPOINT og_job").await {
-        return Served::Broken(conn, Arc::new(err));
+    if !savepoint_taken {
+        if let Err(err) = exec(&mut conn, "SAVEPOINT og_job").await {
+            return Served::Broken(conn, Arc::new(err));
+        }
     }
     let (back_tx, back_rx) = oneshot::channel();
     let (durable_tx, durable_rx) = oneshot::channel();

@@ -59,6 +59,10 @@ pub struct Statements {
     /// payload_hash, lease_owner, lease_ms, operation, correlation_id,
     /// workflow_version, source_url, execution_ref, requested_by, claimed_by.
     pub claim: String,
+    /// One run, only when a claim of it could not win now (a duplicate's
+    /// answer, read without the writer). Binds: now, namespace, key,
+    /// payload_hash.
+    pub settled: String,
     /// One run. Binds: namespace, key.
     pub fetch: String,
     /// The run holding a business key. Binds: business_key.
@@ -72,6 +76,9 @@ pub struct Statements {
     pub insert_audit: String,
     /// Moves a run's audit chain head. Binds: namespace, key, hash.
     pub set_audit_head: String,
+    /// Appends an audit entry and moves its run's chain head to it, in one
+    /// round trip (the binds of `insert_audit`).
+    pub append_audit: String,
     /// One run's audit trail. Binds: namespace, key.
     pub audit_trail: String,
     /// Stored token digests.
@@ -153,18 +160,33 @@ impl Statements {
             (mv, sql)
         })
         .collect();
+        let settled = format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE namespace = $2 AND run_key = $3 \
+             AND NOT (payload_hash = $4 AND archived_at IS NULL \
+                 AND (state = 'failed_retryable' \
+                      OR (state = 'processing' AND lease_expires_at <= {now})))"
+        );
+        let insert_audit = "INSERT INTO audit_events (namespace, run_key, seq, kind, actor, \
+             from_state, to_state, version, detail, prev_hash, hash, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+        let move_head = "UPDATE runs SET audit_head = $11 WHERE namespace = $1 AND run_key = $2";
+        let append_audit = match dialect {
+            // sqlx runs each statement of a SQLite query string in turn,
+            // binding `$N` by number in each.
+            Dialect::Sqlite => format!("{insert_audit}; {move_head}"),
+            Dialect::Postgres => format!("WITH appended AS ({insert_audit}) {move_head}"),
+        };
         Self {
             claim,
+            settled,
+            append_audit,
             fetch: format!("SELECT {RUN_COLUMNS} FROM runs WHERE namespace = $1 AND run_key = $2"),
             fetch_by_business_key: format!(
                 "SELECT {RUN_COLUMNS} FROM runs WHERE business_key = $1"
             ),
             renew,
             finish,
-            insert_audit: "INSERT INTO audit_events (namespace, run_key, seq, kind, actor, \
-                 from_state, to_state, version, detail, prev_hash, hash, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
-                .into(),
+            insert_audit: insert_audit.into(),
             set_audit_head: "UPDATE runs SET audit_head = $3 WHERE namespace = $1 AND run_key = $2"
                 .into(),
             audit_trail: "SELECT namespace, run_key, seq, kind, actor, from_state, to_state, \
@@ -289,7 +311,7 @@ macro_rules! ledger_ops {
                 created_at: run.updated_at,
             };
             let hash = entry.chain_hash(row.audit_head.as_deref());
-            sqlx::query(&st.insert_audit)
+            sqlx::query(&st.append_audit)
                 .bind(&entry.namespace)
                 .bind(&entry.key)
                 .bind(entry.seq)
@@ -302,12 +324,6 @@ macro_rules! ledger_ops {
                 .bind(row.audit_head.as_deref())
                 .bind(&hash)
                 .bind(entry.created_at)
-                .execute(&mut **tx)
-                .await?;
-            sqlx::query(&st.set_audit_head)
-                .bind(&entry.namespace)
-                .bind(&entry.key)
-                .bind(&hash)
                 .execute(&mut **tx)
                 .await?;
             Ok(())
@@ -415,6 +431,28 @@ macro_rules! ledger_ops {
                         None => Err(StoreError::Database(err)),
                     }
                 }
+            }
+        }
+
+        /// The answer to a claim that cannot win, read from committed
+        /// rows without a write: the key exists and is not reclaimable by
+        /// this payload now (the claim statement's own condition, negated).
+        /// `None` means only the claim statement can answer. (SQLite uses
+        /// it so duplicates never wait for a group commit; on PostgreSQL a
+        /// losing claim costs no commit, so it would only add a round trip
+        /// to every new key.)
+        #[allow(dead_code)]
+        pub(crate) async fn settled_claim(cx: &Cx<'_>, req: &ClaimRequest) -> Result<Option<ClaimOutcome>> {
+            let row = sqlx::query_as::<_, RunRow>(&cx.st.settled)
+                .bind(cx.now)
+                .bind(req.namespace.as_str())
+                .bind(req.key.as_str())
+                .bind(req.payload_hash.as_str())
+                .fetch_optional(cx.read)
+                .await?;
+            match row {
+                Some(row) => Ok(Some(ClaimOutcome::for_existing(row.to_run()?, &req.payload_hash))),
+                None => Ok(None),
             }
         }
 

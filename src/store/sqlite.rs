@@ -8,7 +8,9 @@
 //! its own savepoint, and each caller is answered once that transaction is
 //! on disk. Reads use a separate pool and never wait for the writer.
 
+use std::future::Future;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -41,11 +43,30 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 /// The SQLite store.
 #[derive(Debug)]
 pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+/// What every operation needs; shared with the writer thread.
+#[derive(Debug)]
+struct Inner {
     write: GroupCommit,
     read: SqlitePool,
     connect: SqliteConnectOptions,
     st: Statements,
     clock: SharedClock,
+}
+
+impl Inner {
+    fn cx(&self) -> ops::Cx<'_> {
+        let now = self.clock.now_ms();
+        ops::Cx {
+            write: &self.write,
+            read: &self.read,
+            st: &self.st,
+            now: Some(now),
+            clock_now: now,
+        }
+    }
 }
 
 impl SqliteStore {
@@ -84,38 +105,46 @@ impl SqliteStore {
             .max_connections(options.max_connections.max(1))
             .connect_with(connect.clone())
             .await?;
-        Ok(Self {
+        let inner = Inner {
             write,
             read,
             connect,
             st: Statements::new(Dialect::Sqlite),
             clock: options.clock,
+        };
+        Ok(Self {
+            inner: Arc::new(inner),
         })
     }
 
     /// The group-commit executor every write goes through.
     pub fn writer(&self) -> &GroupCommit {
-        &self.write
+        &self.inner.write
     }
 
     /// The pool reads go through.
     pub fn read_pool(&self) -> &SqlitePool {
-        &self.read
-    }
-
-    fn now(&self) -> i64 {
-        self.clock.now_ms()
+        &self.inner.read
     }
 
     fn cx(&self) -> ops::Cx<'_> {
-        let now = self.now();
-        ops::Cx {
-            write: &self.write,
-            read: &self.read,
-            st: &self.st,
-            now: Some(now),
-            clock_now: now,
-        }
+        self.inner.cx()
+    }
+
+    /// Runs a write operation on the writer's thread (see
+    /// [`GroupCommit::run`]), its arguments moved in:
+    ///
+    /// ```text
+    /// let req = req.clone();
+    /// self.on_writer(move |s| async move { ops::claim(&s.cx(), &req).await }).await
+    /// ```
+    async fn on_writer<T, F, Fut>(&self, op: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Inner>) -> Fut,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+    {
+        self.inner.write.run(op(self.inner.clone())).await?
     }
 }
 
@@ -130,7 +159,7 @@ impl Store for SqliteStore {
         // transactions, which a turn inside a batch cannot.
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
-            .connect_with(self.connect.clone())
+            .connect_with(self.inner.connect.clone())
             .await?;
         let migrated = MIGRATOR.run(&pool).await;
         pool.close().await;
@@ -138,20 +167,33 @@ impl Store for SqliteStore {
     }
 
     async fn ping(&self) -> Result<()> {
-        sqlx::query("SELECT 1").execute(&self.read).await?;
+        sqlx::query("SELECT 1").execute(&self.inner.read).await?;
         Ok(())
     }
 
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome> {
-        ops::claim(&self.cx(), req).await
+        // A duplicate (the key is settled) is answered from the read pool
+        // and never waits for a group commit.
+        if let Some(answer) = ops::settled_claim(&self.cx(), req).await? {
+            return Ok(answer);
+        }
+        let req = req.clone();
+        self.on_writer(move |s| async move { ops::claim(&s.cx(), &req).await })
+            .await
     }
 
     async fn renew(&self, call: &OwnerCall, lease_ms: i64, max_life_ms: i64) -> Result<Moved> {
-        ops::renew(&self.cx(), call, lease_ms, max_life_ms).await
+        let call = call.clone();
+        self.on_writer(
+            move |s| async move { ops::renew(&s.cx(), &call, lease_ms, max_life_ms).await },
+        )
+        .await
     }
 
     async fn finish(&self, call: &OwnerCall, mv: &OwnerMove) -> Result<Moved> {
-        ops::finish(&self.cx(), call, mv).await
+        let (call, mv) = (call.clone(), mv.clone());
+        self.on_writer(move |s| async move { ops::finish(&s.cx(), &call, &mv).await })
+            .await
     }
 
     async fn accept_event(
@@ -160,15 +202,24 @@ impl Store for SqliteStore {
         event: &RawEvent,
         forward: &NewEffect,
     ) -> Result<ClaimOutcome> {
-        ops::accept_event(&self.cx(), req, event, forward).await
+        if let Some(answer) = ops::settled_claim(&self.cx(), req).await? {
+            return Ok(answer);
+        }
+        let (req, event, forward) = (req.clone(), event.clone(), forward.clone());
+        self.on_writer(
+            move |s| async move { ops::accept_event(&s.cx(), &req, &event, &forward).await },
+        )
+        .await
     }
 
     async fn quarantine_event(&self, event: &RawEvent, run: &Run) -> Result<()> {
-        ops::quarantine_event(&self.cx(), event, run).await
+        let (event, run) = (event.clone(), run.clone());
+        self.on_writer(move |s| async move { ops::quarantine_event(&s.cx(), &event, &run).await })
+            .await
     }
 
     async fn effects_of(&self, namespace: &Namespace, key: &IdempotencyKey) -> Result<Vec<Effect>> {
-        ops::effects_of(&self.read, &self.st, namespace, key).await
+        ops::effects_of(&self.inner.read, &self.inner.st, namespace, key).await
     }
 
     async fn commit(
@@ -177,47 +228,67 @@ impl Store for SqliteStore {
         result: Option<&Value>,
         effects: &[NewEffect],
     ) -> Result<Moved> {
-        ops::outbox::commit(&self.cx(), call, result, effects).await
+        let (call, result, effects) = (call.clone(), result.cloned(), effects.to_vec());
+        self.on_writer(move |s| async move {
+            ops::outbox::commit(&s.cx(), &call, result.as_ref(), &effects).await
+        })
+        .await
     }
 
     async fn lease_effects(&self, owner: &str, lease_ms: i64, limit: i64) -> Result<Vec<Leased>> {
-        ops::outbox::lease(&self.cx(), owner, lease_ms, limit).await
+        let owner = owner.to_owned();
+        self.on_writer(move |s| async move {
+            ops::outbox::lease(&s.cx(), &owner, lease_ms, limit).await
+        })
+        .await
     }
 
     async fn record_decisions(&self, decisions: &[Decision]) -> Result<Vec<bool>> {
-        ops::outbox::record_decisions(&self.cx(), decisions).await
+        let decisions = decisions.to_vec();
+        self.on_writer(
+            move |s| async move { ops::outbox::record_decisions(&s.cx(), &decisions).await },
+        )
+        .await
     }
 
     async fn expire_sending(&self) -> Result<u64> {
-        ops::outbox::expire(&self.cx()).await
+        self.on_writer(move |s| async move { ops::outbox::expire(&s.cx()).await })
+            .await
     }
 
     async fn cancel_effect(&self, id: &str, actor: &str) -> Result<Option<Effect>> {
-        ops::outbox::cancel(&self.cx(), id, actor).await
+        let (id, actor) = (id.to_owned(), actor.to_owned());
+        self.on_writer(move |s| async move { ops::outbox::cancel(&s.cx(), &id, &actor).await })
+            .await
     }
 
     async fn effect(&self, id: &str) -> Result<Option<Effect>> {
-        ops::outbox::effect(&self.read, &self.st, id).await
+        ops::outbox::effect(&self.inner.read, &self.inner.st, id).await
     }
 
     async fn attempts(&self, effect_id: &str) -> Result<Vec<AttemptView>> {
-        ops::outbox::attempts(&self.read, &self.st, effect_id).await
+        ops::outbox::attempts(&self.inner.read, &self.inner.st, effect_id).await
     }
 
     async fn set_actions(&self, scope: &str, enabled: bool, actor: &str) -> Result<()> {
-        ops::outbox::set_switch(&self.cx(), scope, enabled, actor, self.clock.now_ms()).await
+        let (scope, actor) = (scope.to_owned(), actor.to_owned());
+        self.on_writer(move |s| async move {
+            let now = s.clock.now_ms();
+            ops::outbox::set_switch(&s.cx(), &scope, enabled, &actor, now).await
+        })
+        .await
     }
 
     async fn action_switches(&self) -> Result<Vec<ActionSwitch>> {
-        ops::outbox::switches(&self.read, &self.st).await
+        ops::outbox::switches(&self.inner.read, &self.inner.st).await
     }
 
     async fn backlog(&self) -> Result<Vec<(String, String, i64)>> {
-        ops::outbox::backlog(&self.read, &self.st).await
+        ops::outbox::backlog(&self.inner.read, &self.inner.st).await
     }
 
     async fn get_run(&self, namespace: &Namespace, key: &IdempotencyKey) -> Result<Option<Run>> {
-        ops::fetch(&self.read, &self.st, namespace, key).await
+        ops::fetch(&self.inner.read, &self.inner.st, namespace, key).await
     }
 
     async fn audit_trail(
@@ -225,19 +296,21 @@ impl Store for SqliteStore {
         namespace: &Namespace,
         key: &IdempotencyKey,
     ) -> Result<Vec<AuditRecord>> {
-        ops::audit_trail(&self.read, &self.st, namespace, key).await
+        ops::audit_trail(&self.inner.read, &self.inner.st, namespace, key).await
     }
 
     async fn stored_tokens(&self) -> Result<Vec<StoredToken>> {
-        ops::stored_tokens(&self.read, &self.st).await
+        ops::stored_tokens(&self.inner.read, &self.inner.st).await
     }
 
     async fn insert_token(&self, token: &StoredToken) -> Result<()> {
-        ops::insert_token(&self.cx(), token).await
+        let token = token.clone();
+        self.on_writer(move |s| async move { ops::insert_token(&s.cx(), &token).await })
+            .await
     }
 
     async fn close(&self) {
-        self.write.close().await;
-        self.read.close().await;
+        self.inner.write.close().await;
+        self.inner.read.close().await;
     }
 }

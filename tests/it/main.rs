@@ -7,6 +7,8 @@ mod api;
 mod conformance;
 mod dispatch;
 mod dispatch_process;
+// SQLite group commit (the benchmark issue).
+mod group_commit;
 mod harness;
 mod ingress;
 mod process;

@@ -28,12 +28,14 @@ pub async fn seed(db: &Database, n: u64) -> Result<()> {
             eprintln!("  seeded {done} of {n} rows");
         }
     }
-    db.exec(if db.backend == "sqlite" {
-        "PRAGMA wal_checkpoint(TRUNCATE); ANALYZE"
+    if db.backend == "sqlite" {
+        db.exec("PRAGMA wal_checkpoint(TRUNCATE); ANALYZE").await
     } else {
-        "VACUUM ANALYZE runs; VACUUM ANALYZE audit_events"
-    })
-    .await
+        // VACUUM refuses to run inside the implicit transaction of a
+        // multi-statement string: one statement per call.
+        db.exec("VACUUM ANALYZE runs").await?;
+        db.exec("VACUUM ANALYZE audit_events").await
+    }
 }
 
 fn sqlite_chunk(count: u64) -> String {

@@ -87,6 +87,7 @@ impl Server {
             }
             seen.push(line);
         };
+        eprintln!("  server pid {} on {addr}", child.id());
         // Keep draining stderr so the server never blocks on a full pipe.
         std::thread::spawn(move || for _ in rx {});
         Ok(Self {
