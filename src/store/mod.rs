@@ -31,6 +31,7 @@ use serde_json::Value;
 pub mod group_commit;
 mod outbox_ops;
 pub mod outbox_sql;
+mod pg_claim;
 pub mod postgres;
 mod row;
 pub mod sql;

@@ -34,6 +34,9 @@ mod ops {
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
+/// A pooled connection idle this long is pinged before it is used again.
+const IDLE_BEFORE_PING: Duration = Duration::from_secs(10);
+
 /// Parallel transactions a batch of dispatch decisions is recorded in.
 const RECORD_CHUNKS: usize = 4;
 
@@ -69,6 +72,18 @@ impl PgStore {
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.max(1))
             .acquire_timeout(Duration::from_secs(10))
+            // sqlx pings every connection it hands out by default: one more
+            // round trip per transaction. Only a connection idle long enough
+            // to have been dropped by the server or a proxy is checked.
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= IDLE_BEFORE_PING {
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect_with(connect)
             .await?;
         Ok(Self {
@@ -117,6 +132,15 @@ impl Store for PgStore {
     }
 
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome> {
+        // A new key or a duplicate: one autocommitted statement. Anything
+        // else (a reclaim, a taken business key, a race with another
+        // claim of the same key): the general transactional claim.
+        let clock_now = self.clock.now_ms();
+        if let Some(answer) =
+            super::pg_claim::claim_new(&self.pool, self.now(), clock_now, req).await?
+        {
+            return Ok(answer);
+        }
         ops::claim(&self.cx(), req).await
     }
 

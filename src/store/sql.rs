@@ -437,10 +437,9 @@ macro_rules! ledger_ops {
         /// The answer to a claim that cannot win, read from committed
         /// rows without a write: the key exists and is not reclaimable by
         /// this payload now (the claim statement's own condition, negated).
-        /// `None` means only the claim statement can answer. (SQLite uses
-        /// it so duplicates never wait for a group commit; on PostgreSQL a
-        /// losing claim costs no commit, so it would only add a round trip
-        /// to every new key.)
+        /// `None` means only the claim statement can answer. (SQLite answers
+        /// duplicates this way, so they never wait for a group commit;
+        /// PostgreSQL folds the same test into its single-statement claim.)
         #[allow(dead_code)]
         pub(crate) async fn settled_claim(cx: &Cx<'_>, req: &ClaimRequest) -> Result<Option<ClaimOutcome>> {
             let row = sqlx::query_as::<_, RunRow>(&cx.st.settled)

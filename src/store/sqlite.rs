@@ -103,6 +103,9 @@ impl SqliteStore {
         let write = GroupCommit::start(&connect, group).await?;
         let read = SqlitePoolOptions::new()
             .max_connections(options.max_connections.max(1))
+            // A file connection does not go stale; sqlx's ping before each
+            // use would cost every read a trip to the connection's thread.
+            .test_before_acquire(false)
             .connect_with(connect.clone())
             .await?;
         let inner = Inner {
