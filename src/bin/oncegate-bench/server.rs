@@ -88,8 +88,18 @@ impl Server {
             seen.push(line);
         };
         eprintln!("  server pid {} on {addr}", child.id());
-        // Keep draining stderr so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in rx {});
+        // Keep draining stderr so the server never blocks on a full pipe;
+        // show its first errors (a wrong answer's cause is in them).
+        std::thread::spawn(move || {
+            let mut shown = 0;
+            for line in rx {
+                if shown < 5 && (line.contains("\"level\":\"ERROR\"") || line.contains("panicked"))
+                {
+                    eprintln!("  server: {line}");
+                    shown += 1;
+                }
+            }
+        });
         Ok(Self {
             child,
             addr,

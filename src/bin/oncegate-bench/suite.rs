@@ -212,8 +212,14 @@ async fn throughput_phases(
             }
         }
     }
+    let before = server.peak_rss_kib()?;
+    found.rss.push((format!("{name}, load phases"), before));
     storms(args, &server, &db, found).await?;
-    found.rss.push((name.to_owned(), server.peak_rss_kib()?));
+    let after = server.peak_rss_kib()?;
+    found.rss.push((
+        format!("{name}, with the {}-connection storm", args.storm),
+        after,
+    ));
     server.stop()?;
     db.drop_now().await
 }
