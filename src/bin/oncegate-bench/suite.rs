@@ -154,6 +154,15 @@ pub async fn run(mut args: SuiteArgs) -> Result<()> {
         growth_phases(&args, &bin, &backend, &mut found).await?;
     }
     println!("{}", render(&args, &found));
+    if args.smoke {
+        // Every measured phase and every storm is one correctness check.
+        let checks = found.lines.len() + found.storms.len();
+        let failed = found.failures.len();
+        println!(
+            "smoke: {} passed, {failed} failed",
+            checks.saturating_sub(failed)
+        );
+    }
     if !found.failures.is_empty() {
         bail!("wrong answers:\n{}", found.failures.join("\n"));
     }
