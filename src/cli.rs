@@ -331,20 +331,24 @@ pub fn new_token_text(subject: &str, scopes: &[Scope], roles: &[String]) -> Stri
 /// The database cannot be reached or the URL is unsupported.
 pub async fn open_store(config: &Config, clock: SharedClock) -> Result<SharedStore> {
     let options = StoreOptions {
-        max_connections: config.database.max_connections,
+        max_connections: config.database.pool_size(),
         busy_timeout_ms: config.database.busy_timeout_ms,
         clock,
         use_db_clock: true,
         redaction: Arc::new(config.redactor()),
     };
-    store::connect(&config.database.url, options)
-        .await
-        .with_context(|| {
-            format!(
-                "opening database {}",
-                store::redact_url(&config.database.url)
-            )
-        })
+    store::connect_with(
+        &config.database.url,
+        options,
+        config.database.group_commit(),
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "opening database {}",
+            store::redact_url(&config.database.url)
+        )
+    })
 }
 
 /// Builds the app around a migrated store. When no token is configured and

@@ -125,18 +125,54 @@ impl Default for ServerConfig {
 pub struct DatabaseConfig {
     /// `sqlite://PATH` (default `sqlite://oncegate.db`) or `postgres://…`.
     pub url: String,
-    /// Most connections in the pool.
+    /// Most connections in the pool; 0 picks by backend (see
+    /// [`DatabaseConfig::pool_size`]).
     pub max_connections: u32,
     /// SQLite: how long to wait on a locked database, in milliseconds.
     pub busy_timeout_ms: u64,
+    // Group commit (the benchmark issue): SQLite batching of writes.
+    /// SQLite: most writes committed in one durable transaction.
+    pub group_commit_max_batch: usize,
+    /// SQLite: how long a batch waits for more writes once none is queued,
+    /// in microseconds (0: commit as soon as the queue is empty).
+    pub group_commit_max_wait_us: u64,
 }
 
 impl Default for DatabaseConfig {
     fn default() -> Self {
         Self {
             url: "sqlite://oncegate.db".into(),
-            max_connections: 8,
+            max_connections: 0,
             busy_timeout_ms: 5_000,
+            group_commit_max_batch: 64,
+            group_commit_max_wait_us: 0,
+        }
+    }
+}
+
+/// Readers of a SQLite store when `max_connections` is 0: the writer is
+/// one connection of its own, and each reader may cache up to 2 MiB.
+pub const SQLITE_DEFAULT_POOL: u32 = 8;
+/// PostgreSQL connections when `max_connections` is 0: enough concurrent
+/// transactions for the server to group their commits (measured in
+/// BENCHMARKS.md: 8 halves claim throughput at 32 clients).
+pub const POSTGRES_DEFAULT_POOL: u32 = 32;
+
+impl DatabaseConfig {
+    /// The pool size: `max_connections`, or the backend's default when 0.
+    pub fn pool_size(&self) -> u32 {
+        match self.max_connections {
+            0 if self.url.starts_with("sqlite:") => SQLITE_DEFAULT_POOL,
+            0 => POSTGRES_DEFAULT_POOL,
+            n => n,
+        }
+    }
+
+    /// SQLite's group-commit batching, from `group_commit_*`.
+    pub fn group_commit(&self) -> crate::store::group_commit::GroupCommitOptions {
+        crate::store::group_commit::GroupCommitOptions {
+            max_batch: self.group_commit_max_batch,
+            max_wait: std::time::Duration::from_micros(self.group_commit_max_wait_us),
         }
     }
 }
@@ -261,6 +297,14 @@ pub const ENV_VARS: &[(&str, &str)] = &[
         "ONCEGATE_DATABASE_BUSY_TIMEOUT_MS",
         "database.busy_timeout_ms",
     ),
+    (
+        "ONCEGATE_DATABASE_GROUP_COMMIT_MAX_BATCH",
+        "database.group_commit_max_batch",
+    ),
+    (
+        "ONCEGATE_DATABASE_GROUP_COMMIT_MAX_WAIT_US",
+        "database.group_commit_max_wait_us",
+    ),
     ("ONCEGATE_DEFAULT_LEASE_MS", "ledger.default_lease_ms"),
     ("ONCEGATE_MAX_LEASE_MS", "ledger.max_lease_ms"),
     ("ONCEGATE_MAX_LEASE_LIFE_MS", "ledger.max_lease_life_ms"),
@@ -364,10 +408,22 @@ impl Config {
                 ),
             ));
         }
-        if self.database.max_connections == 0 {
+        if self.database.max_connections > 10_000 {
             return Err(ConfigError::field(
                 "database.max_connections",
-                "must be at least 1",
+                "must be at most 10000 (0 picks by backend)",
+            ));
+        }
+        if !(1..=4096).contains(&self.database.group_commit_max_batch) {
+            return Err(ConfigError::field(
+                "database.group_commit_max_batch",
+                "must be between 1 and 4096",
+            ));
+        }
+        if self.database.group_commit_max_wait_us > 100_000 {
+            return Err(ConfigError::field(
+                "database.group_commit_max_wait_us",
+                "must be at most 100000 (0.1 s): every write in a batch waits this long",
             ));
         }
         let l = &self.ledger;
@@ -708,6 +764,24 @@ mod tests {
     }
 
     #[test]
+    fn pool_and_group_commit_defaults_follow_the_backend() {
+        let config = Config::load(None, Vec::new()).unwrap();
+        assert_eq!(config.database.pool_size(), SQLITE_DEFAULT_POOL);
+        let group = config.database.group_commit();
+        assert_eq!((group.max_batch, group.max_wait.as_micros()), (64, 0));
+        let pg = load_text("[database]\nurl = \"postgres://h/db\"\n", &[]).unwrap();
+        assert_eq!(pg.database.pool_size(), POSTGRES_DEFAULT_POOL);
+        let set = load_text(
+            "[database]\nmax_connections = 5\ngroup_commit_max_batch = 8\n",
+            &[("ONCEGATE_DATABASE_GROUP_COMMIT_MAX_WAIT_US", "250")],
+        )
+        .unwrap();
+        assert_eq!(set.database.pool_size(), 5);
+        let group = set.database.group_commit();
+        assert_eq!((group.max_batch, group.max_wait.as_micros()), (8, 250));
+    }
+
+    #[test]
     fn environment_overrides_file() {
         let config = load_text(
             "[database]\nurl = \"sqlite://a.db\"\n",
@@ -746,6 +820,22 @@ mod tests {
         assert!(err.to_string().starts_with("tokens[0].scopes"), "{err}");
         let err = load_text("[ledger]\nmax_lease_ms = 10\n", &[]).unwrap_err();
         assert!(err.to_string().starts_with("ledger.max_lease_ms:"), "{err}");
+        let err = load_text("[database]\ngroup_commit_max_batch = 0\n", &[]).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("database.group_commit_max_batch:"),
+            "{err}"
+        );
+        let err = load_text(
+            "",
+            &[("ONCEGATE_DATABASE_GROUP_COMMIT_MAX_WAIT_US", "1000000")],
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("database.group_commit_max_wait_us:"),
+            "{err}"
+        );
         let err = load_text("server = [\n", &[]).unwrap_err();
         assert!(matches!(err, ConfigError::Syntax { .. }), "{err}");
     }

@@ -6,7 +6,8 @@
 //!   versions, payload hashes, and the only allowed moves between states.
 //! - [`store`]: the [`store::Store`] trait and its SQLite (embedded default)
 //!   and PostgreSQL (many nodes) backends; the atomic claim and every
-//!   compare-and-set move are single guarded statements there.
+//!   compare-and-set move are single guarded statements there. SQLite's
+//!   writes are group-committed ([`store::group_commit`]).
 //! - [`ingress`]: `POST /hooks/{source}`: provider signatures verified on
 //!   the raw bytes, then claim, raw event and forward effect in one
 //!   transaction.

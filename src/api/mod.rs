@@ -34,6 +34,8 @@ mod effects;
 pub mod error;
 mod gate;
 mod health;
+// The benchmark floor (POST /v1/noop).
+mod noop;
 pub mod openapi;
 pub mod runs;
 // ops (metrics and logs): the request span and the duration histogram.
@@ -81,6 +83,7 @@ pub fn router(state: AppState) -> Router {
         .merge(gate::router(state.clone()))
         .merge(approvals::router(state.clone()))
         .merge(approve::router())
+        .merge(noop::router(state.clone()))
         .merge(crate::ingress::router())
         .merge(health::router())
         .merge(openapi::router())

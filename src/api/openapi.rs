@@ -46,6 +46,7 @@ use super::AppState;
         super::gate::output,
         super::gate::gate,
         super::approvals::list,
+        super::noop::noop,
     ),
     components(schemas(super::Problem)),
     modifiers(&BearerAuth),

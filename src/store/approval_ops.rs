@@ -10,7 +10,8 @@ macro_rules! approval_ops {
     ($db:ty) => {
         pub(crate) mod approval {
             use serde_json::{json, Value};
-            use sqlx::{Pool, Transaction};
+            use sqlx::Pool;
+            use super::WriteTx;
 
             use super::{append_audit, insert_effect, lost, owner_move, record, Cx, MoveFields};
             use $crate::approval::{Challenge, ChallengeState, NewChallenge, StagedEffect, StoredSession, Verdict};
@@ -31,7 +32,7 @@ macro_rules! approval_ops {
             }
 
             pub(crate) async fn insert_challenge(
-                tx: &mut Transaction<'static, $db>,
+                tx: &mut WriteTx,
                 st: &Statements,
                 run: &Run,
                 c: &NewChallenge,
@@ -68,7 +69,7 @@ macro_rules! approval_ops {
             /// Audits an event that does not move the run (it still takes
             /// the next sequence number of the run's chain).
             async fn note(
-                tx: &mut Transaction<'static, $db>,
+                tx: &mut WriteTx,
                 st: &Statements,
                 row: &RunRow,
                 kind: &str,
@@ -234,7 +235,7 @@ macro_rules! approval_ops {
                     .collect()
             }
 
-            async fn close_due(tx: &mut Transaction<'static, $db>, cx: &Cx<'_>, id: &str, state: ChallengeState) -> Result<Option<Challenge>> {
+            async fn close_due(tx: &mut WriteTx, cx: &Cx<'_>, id: &str, state: ChallengeState) -> Result<Option<Challenge>> {
                 sqlx::query_as::<_, ChallengeRow>(&cx.st.approval.close_due)
                     .bind(cx.now)
                     .bind(id)
@@ -315,7 +316,7 @@ macro_rules! approval_ops {
                     .bind(s.auth.as_str())
                     .bind(now)
                     .bind(s.expires_at)
-                    .execute(cx.write)
+                    .execute(cx.read)
                     .await?;
                 Ok(())
             }
@@ -331,12 +332,12 @@ macro_rules! approval_ops {
             }
 
             pub(crate) async fn delete_session(cx: &Cx<'_>, id_hash: &str) -> Result<()> {
-                sqlx::query(&cx.st.approval.delete_session).bind(id_hash).execute(cx.write).await?;
+                sqlx::query(&cx.st.approval.delete_session).bind(id_hash).execute(cx.read).await?;
                 Ok(())
             }
 
             pub(crate) async fn purge_sessions(cx: &Cx<'_>) -> Result<u64> {
-                Ok(sqlx::query(&cx.st.approval.purge_sessions).bind(cx.now).execute(cx.write).await?.rows_affected())
+                Ok(sqlx::query(&cx.st.approval.purge_sessions).bind(cx.now).execute(cx.read).await?.rows_affected())
             }
 
             pub(crate) async fn record_output(cx: &Cx<'_>, call: &OwnerCall, out: &NewOutput, max_repairs: u32) -> Result<OutputRecorded> {

@@ -10,7 +10,8 @@ macro_rules! audit_ops {
         pub(crate) mod audit {
             use futures_util::stream::{BoxStream, StreamExt};
             use serde_json::{json, Value};
-            use sqlx::{Pool, Transaction};
+            use sqlx::Pool;
+            use super::WriteTx;
 
             use super::Cx;
             use $crate::audit::checkpoint::{ChainHead, Checkpoint, CheckpointWrite, HeadRow};
@@ -128,7 +129,7 @@ macro_rules! audit_ops {
 
             /// Appends an event to a run-less chain (`oncegate / <key>`).
             pub(crate) async fn append_system_event(
-                tx: &mut Transaction<'static, $db>,
+                tx: &mut WriteTx,
                 st: &Statements,
                 key: &str,
                 kind: &str,
@@ -330,7 +331,7 @@ macro_rules! audit_ops {
                         .bind(&id)
                         .bind(redacted)
                         .bind(now)
-                        .execute(cx.write)
+                        .execute(cx.read)
                         .await?
                         .rows_affected();
                 }

@@ -11,7 +11,8 @@ macro_rules! deadletter_ops {
     ($db:ty) => {
         pub(crate) mod deadletter {
             use serde_json::{json, Value};
-            use sqlx::{Pool, Transaction};
+            use sqlx::Pool;
+            use super::WriteTx;
 
             use super::{record, Cx};
             use $crate::audit::AuditEntry;
@@ -29,7 +30,7 @@ macro_rules! deadletter_ops {
             use $crate::store::sql::Statements;
             use $crate::store::{Result, StoreError};
 
-            pub(crate) type Tx = Transaction<'static, $db>;
+            pub(crate) type Tx = WriteTx;
 
             /// Records a dead letter for `run` inside the caller's
             /// transaction (the move that stopped the run, or the quarantine

@@ -1,8 +1,10 @@
 //! Storage: one [`Store`] trait, two first-class backends.
 //!
 //! - [`sqlite::SqliteStore`]: the embedded default for one node. WAL mode and
-//!   `synchronous=FULL` on every pooled connection, so an acknowledged write
-//!   survives a crash or a power loss; writes go through one connection.
+//!   `synchronous=FULL` on every connection, so an acknowledged write
+//!   survives a crash or a power loss; writes go through one connection,
+//!   group-committed ([`group_commit`]): one durable transaction for every
+//!   write that arrived while the previous one was syncing.
 //! - [`postgres::PgStore`]: many oncegate processes against one database;
 //!   lease times are compared with the database's clock.
 //!
@@ -51,10 +53,12 @@ mod audit_ops;
 mod audit_row;
 pub mod audit_sql;
 pub mod backup;
+pub mod group_commit;
 mod json_row;
 pub mod ops_sql;
 mod outbox_ops;
 pub mod outbox_sql;
+mod pg_claim;
 pub mod postgres;
 mod row;
 pub mod sql;
@@ -551,14 +555,30 @@ pub struct StoreOptions {
     pub redaction: Arc<crate::audit::Redactor>,
 }
 
-/// Opens (creating if needed) the store a URL names.
+/// Opens (creating if needed) the store a URL names, with the default
+/// SQLite group commit.
 ///
 /// # Errors
 /// [`StoreError::UnsupportedUrl`] for an unknown scheme, or the backend's
 /// connection error.
 pub async fn connect(url: &str, options: StoreOptions) -> Result<SharedStore> {
+    connect_with(url, options, group_commit::GroupCommitOptions::default()).await
+}
+
+/// Opens the store a URL names; `group` sets SQLite's group-commit
+/// batching (PostgreSQL batches concurrent commits itself and ignores it).
+///
+/// # Errors
+/// As [`connect`].
+pub async fn connect_with(
+    url: &str,
+    options: StoreOptions,
+    group: group_commit::GroupCommitOptions,
+) -> Result<SharedStore> {
     if url.starts_with("sqlite:") {
-        Ok(Arc::new(sqlite::SqliteStore::connect(url, options).await?))
+        Ok(Arc::new(
+            sqlite::SqliteStore::connect_with(url, options, group).await?,
+        ))
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         Ok(Arc::new(postgres::PgStore::connect(url, options).await?))
     } else {

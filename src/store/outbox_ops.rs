@@ -9,9 +9,9 @@ macro_rules! outbox_ops {
     ($db:ty) => {
         pub(crate) mod outbox {
             use serde_json::{json, Value};
-            use sqlx::{Pool, Transaction};
+            use sqlx::Pool;
 
-            use super::{owner_move, record, Cx, MoveFields};
+            use super::{owner_move, record, Cx, MoveFields, WriteTx};
             use $crate::deadletter::{DeadLetterClass, DeadLetterInput};
             use $crate::ledger::{Move, Moved, OwnerCall, Run};
             use $crate::outbox::{
@@ -38,6 +38,7 @@ macro_rules! outbox_ops {
 
             /// Leases up to `limit` due effects for `owner`.
             pub(crate) async fn lease(cx: &Cx<'_>, owner: &str, lease_ms: i64, limit: i64) -> Result<Vec<Leased>> {
+                let mut tx = cx.write.begin().await?;
                 let mut rows = Vec::new();
                 for statement in &cx.st.outbox.lease {
                     let room = limit - rows.len() as i64;
@@ -50,17 +51,20 @@ macro_rules! outbox_ops {
                             .bind(owner)
                             .bind(lease_ms)
                             .bind(room)
-                            .fetch_all(cx.write)
+                            .fetch_all(&mut *tx)
                             .await?,
                     );
                 }
                 if rows.is_empty() {
+                    tx.commit().await?;
                     return Ok(Vec::new());
                 }
                 let runs: Vec<(String, String, i64, String)> = sqlx::query_as(&cx.st.outbox.runs_for_send)
                     .bind(owner)
-                    .fetch_all(cx.write)
+                    .fetch_all(&mut *tx)
                     .await?;
+                // The lease is durable before anything is sent.
+                tx.commit().await?;
                 let runs: std::collections::HashMap<(String, String), (i64, String)> =
                     runs.into_iter().map(|(ns, key, version, corr)| ((ns, key), (version, corr))).collect();
                 let mut leased = Vec::with_capacity(rows.len());
@@ -93,7 +97,7 @@ macro_rules! outbox_ops {
                 Ok(recorded)
             }
 
-            async fn record_one(tx: &mut Transaction<'static, $db>, cx: &Cx<'_>, decision: &Decision) -> Result<Recorded> {
+            async fn record_one(tx: &mut WriteTx, cx: &Cx<'_>, decision: &Decision) -> Result<Recorded> {
                 let Decision { leased, verdict, attempt } = decision;
                 let attempt = attempt.as_ref();
                 let (next_at, error) = match verdict {
@@ -149,7 +153,7 @@ macro_rules! outbox_ops {
             /// Moves the effect's run when the verdict decides it; returns
             /// the run when it reached a final state.
             async fn settle_run(
-                tx: &mut Transaction<'static, $db>,
+                tx: &mut WriteTx,
                 cx: &Cx<'_>,
                 effect: &Effect,
                 verdict: &Verdict,
@@ -189,7 +193,7 @@ macro_rules! outbox_ops {
             }
 
             async fn complete_run_if_done(
-                tx: &mut Transaction<'static, $db>,
+                tx: &mut WriteTx,
                 cx: &Cx<'_>,
                 effect: &Effect,
                 actor: &str,
@@ -220,7 +224,10 @@ macro_rules! outbox_ops {
 
             /// `sending` effects whose dispatcher died become `unknown`.
             pub(crate) async fn expire(cx: &Cx<'_>) -> Result<u64> {
-                Ok(sqlx::query(&cx.st.outbox.expire).bind(cx.now).execute(cx.write).await?.rows_affected())
+                let mut tx = cx.write.begin().await?;
+                let expired = sqlx::query(&cx.st.outbox.expire).bind(cx.now).execute(&mut *tx).await?.rows_affected();
+                tx.commit().await?;
+                Ok(expired)
             }
 
             /// Cancels a pending effect; the run completes if nothing else is outstanding.

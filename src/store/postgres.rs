@@ -33,6 +33,10 @@ use crate::deadletter::{
 };
 
 mod ops {
+    /// Writes go to the pool: PostgreSQL batches concurrent commits itself.
+    pub(crate) type Writer = sqlx::PgPool;
+    /// One write: a pool transaction.
+    pub(crate) type WriteTx = sqlx::Transaction<'static, sqlx::Postgres>;
     crate::ledger_ops!(sqlx::Postgres);
     crate::outbox_ops!(sqlx::Postgres);
     crate::gauge_ops!(sqlx::Postgres);
@@ -44,6 +48,9 @@ mod ops {
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
+
+/// A pooled connection idle this long is pinged before it is used again.
+const IDLE_BEFORE_PING: Duration = Duration::from_secs(10);
 
 /// Parallel transactions a batch of dispatch decisions is recorded in.
 const RECORD_CHUNKS: usize = 4;
@@ -80,6 +87,18 @@ impl PgStore {
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.max(1))
             .acquire_timeout(Duration::from_secs(10))
+            // sqlx pings every connection it hands out by default: one more
+            // round trip per transaction. Only a connection idle long enough
+            // to have been dropped by the server or a proxy is checked.
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= IDLE_BEFORE_PING {
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect_with(connect)
             .await?;
         Ok(Self {
@@ -131,6 +150,15 @@ impl Store for PgStore {
     }
 
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome> {
+        // A new key or a duplicate: one autocommitted statement. Anything
+        // else (a reclaim, a taken business key, a race with another
+        // claim of the same key): the general transactional claim.
+        let clock_now = self.clock.now_ms();
+        if let Some(answer) =
+            super::pg_claim::claim_new(&self.pool, self.now(), clock_now, req).await?
+        {
+            return Ok(answer);
+        }
         ops::claim(&self.cx(), req).await
     }
 
@@ -242,7 +270,7 @@ impl Store for PgStore {
     }
 
     async fn insert_token(&self, token: &StoredToken) -> Result<()> {
-        ops::insert_token(&self.pool, &self.st, token, self.clock.now_ms()).await
+        ops::insert_token(&self.cx(), token).await
     }
 
     // --- ops (metrics) ---

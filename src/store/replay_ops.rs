@@ -217,8 +217,8 @@ macro_rules! replay_ops {
             pub(crate) async fn set_state(cx: &Cx<'_>, id: &str, stop: bool, actor: &str) -> Result<Option<ReplayJob>> {
                 let jobs = &cx.st.deadletter.jobs;
                 let sql = if stop { &jobs.stop } else { &jobs.resume };
-                sqlx::query(sql).bind(cx.now).bind(id).bind(actor).execute(cx.write).await?;
-                job(cx.write, cx.st, id).await
+                sqlx::query(sql).bind(cx.now).bind(id).bind(actor).execute(cx.read).await?;
+                job(cx.read, cx.st, id).await
             }
 
             /// Leases the oldest running job whose lease is free or expired.
@@ -227,10 +227,10 @@ macro_rules! replay_ops {
                     .bind(cx.now)
                     .bind(owner)
                     .bind(lease_ms)
-                    .fetch_optional(cx.write)
+                    .fetch_optional(cx.read)
                     .await?;
                 match id {
-                    Some(id) => job(cx.write, cx.st, &id).await,
+                    Some(id) => job(cx.read, cx.st, &id).await,
                     None => Ok(None),
                 }
             }
@@ -250,13 +250,13 @@ macro_rules! replay_ops {
                     .bind(cx.now)
                     .bind(id)
                     .bind(owner)
-                    .execute(cx.write)
+                    .execute(cx.read)
                     .await?;
                 Ok(done.rows_affected() == 1)
             }
 
             pub(crate) async fn release(cx: &Cx<'_>, id: &str, owner: &str) -> Result<()> {
-                sqlx::query(&cx.st.deadletter.jobs.release).bind(id).bind(owner).execute(cx.write).await?;
+                sqlx::query(&cx.st.deadletter.jobs.release).bind(id).bind(owner).execute(cx.read).await?;
                 Ok(())
             }
         }

@@ -59,6 +59,10 @@ pub struct Statements {
     /// payload_hash, lease_owner, lease_ms, operation, correlation_id,
     /// workflow_version, source_url, execution_ref, requested_by, claimed_by.
     pub claim: String,
+    /// One run, only when a claim of it could not win now (a duplicate's
+    /// answer, read without the writer). Binds: now, namespace, key,
+    /// payload_hash.
+    pub settled: String,
     /// One run. Binds: namespace, key.
     pub fetch: String,
     /// The run holding a business key. Binds: business_key.
@@ -72,6 +76,9 @@ pub struct Statements {
     pub insert_audit: String,
     /// Moves a run's audit chain head. Binds: namespace, key, hash.
     pub set_audit_head: String,
+    /// Appends an audit entry and moves its run's chain head to it, in one
+    /// round trip (the binds of `insert_audit`).
+    pub append_audit: String,
     /// One run's audit trail. Binds: namespace, key.
     pub audit_trail: String,
     /// Stored token digests.
@@ -166,18 +173,33 @@ impl Statements {
             (mv, sql)
         })
         .collect();
+        let settled = format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE namespace = $2 AND run_key = $3 \
+             AND NOT (payload_hash = $4 AND archived_at IS NULL \
+                 AND (state = 'failed_retryable' \
+                      OR (state = 'processing' AND lease_expires_at <= {now})))"
+        );
+        let insert_audit = "INSERT INTO audit_events (namespace, run_key, seq, kind, actor, \
+             from_state, to_state, version, detail, prev_hash, hash, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+        let move_head = "UPDATE runs SET audit_head = $11 WHERE namespace = $1 AND run_key = $2";
+        let append_audit = match dialect {
+            // sqlx runs each statement of a SQLite query string in turn,
+            // binding `$N` by number in each.
+            Dialect::Sqlite => format!("{insert_audit}; {move_head}"),
+            Dialect::Postgres => format!("WITH appended AS ({insert_audit}) {move_head}"),
+        };
         Self {
             claim,
+            settled,
+            append_audit,
             fetch: format!("SELECT {RUN_COLUMNS} FROM runs WHERE namespace = $1 AND run_key = $2"),
             fetch_by_business_key: format!(
                 "SELECT {RUN_COLUMNS} FROM runs WHERE business_key = $1"
             ),
             renew,
             finish,
-            insert_audit: "INSERT INTO audit_events (namespace, run_key, seq, kind, actor, \
-                 from_state, to_state, version, detail, prev_hash, hash, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
-                .into(),
+            insert_audit: insert_audit.into(),
             set_audit_head: "UPDATE runs SET audit_head = $3 WHERE namespace = $1 AND run_key = $2"
                 .into(),
             audit_trail: "SELECT namespace, run_key, seq, kind, actor, from_state, to_state, \
@@ -241,12 +263,20 @@ pub fn explain_lost(current: Option<&Run>, lease: &Lease, now: Millis) -> String
 ///
 /// Written as a macro rather than generic code because sqlx's executor
 /// bounds cannot be named once and implied; the body is ordinary Rust.
+///
+/// The expansion site names where writes go: `Writer` (with an async
+/// `begin()`) and `WriteTx` (what `begin()` returns: `commit()`,
+/// `rollback()`, and a deref to the connection). SQLite's are the
+/// [group-commit executor](super::group_commit) and its turn; PostgreSQL's
+/// the pool and its transaction. Every write runs in a `WriteTx`
+/// (`let mut tx = cx.write.begin().await?; …; tx.commit().await?`), so a
+/// new operation written this way is group-committed on SQLite for free.
 #[macro_export]
 #[doc(hidden)]
 macro_rules! ledger_ops {
     ($db:ty) => {
         use serde_json::{json, Value};
-        use sqlx::{Pool, Transaction};
+        use sqlx::Pool;
 
         use $crate::audit::{AuditEntry, AuditRecord};
         use $crate::clock::Millis;
@@ -260,11 +290,13 @@ macro_rules! ledger_ops {
         use $crate::store::sql::{explain_lost, Statements};
         use $crate::store::{Result, StoreError, StoredToken};
 
-        /// One call's view of the database: the pools, the statements,
-        /// and the time (`now` is bound into statements; `None` lets
-        /// PostgreSQL use its own clock; `clock_now` explains refusals).
+        /// One call's view of the database: where writes go (`Writer`:
+        /// the group-commit executor on SQLite, the pool on PostgreSQL;
+        /// each write begins a `WriteTx` there), the read pool, the
+        /// statements, and the time (`now` is bound into statements; `None`
+        /// lets PostgreSQL use its own clock; `clock_now` explains refusals).
         pub(crate) struct Cx<'a> {
-            pub(crate) write: &'a Pool<$db>,
+            pub(crate) write: &'a Writer,
             pub(crate) read: &'a Pool<$db>,
             pub(crate) st: &'a Statements,
             pub(crate) now: Option<Millis>,
@@ -273,7 +305,7 @@ macro_rules! ledger_ops {
 
         /// Appends the audit entry for a move and advances the chain head.
         pub(crate) async fn record(
-            tx: &mut Transaction<'static, $db>,
+            tx: &mut WriteTx,
             st: &Statements,
             row: &RunRow,
             run: &Run,
@@ -300,13 +332,13 @@ macro_rules! ledger_ops {
         /// Appends an audit entry at the sequence number the statement that
         /// returned `row` reserved, and advances the run's chain head.
         pub(crate) async fn append_audit(
-            tx: &mut Transaction<'static, $db>,
+            tx: &mut WriteTx,
             st: &Statements,
             row: &RunRow,
             entry: &AuditEntry,
         ) -> Result<()> {
             let hash = entry.chain_hash(row.audit_head.as_deref());
-            sqlx::query(&st.insert_audit)
+            sqlx::query(&st.append_audit)
                 .bind(&entry.namespace)
                 .bind(&entry.key)
                 .bind(entry.seq)
@@ -319,12 +351,6 @@ macro_rules! ledger_ops {
                 .bind(row.audit_head.as_deref())
                 .bind(&hash)
                 .bind(entry.created_at)
-                .execute(&mut **tx)
-                .await?;
-            sqlx::query(&st.set_audit_head)
-                .bind(&entry.namespace)
-                .bind(&entry.key)
-                .bind(&hash)
                 .execute(&mut **tx)
                 .await?;
             Ok(())
@@ -360,7 +386,7 @@ macro_rules! ledger_ops {
         }
 
         async fn try_claim(
-            tx: &mut Transaction<'static, $db>,
+            tx: &mut WriteTx,
             cx: &Cx<'_>,
             req: &ClaimRequest,
         ) -> Result<Attempt> {
@@ -435,6 +461,27 @@ macro_rules! ledger_ops {
             }
         }
 
+        /// The answer to a claim that cannot win, read from committed
+        /// rows without a write: the key exists and is not reclaimable by
+        /// this payload now (the claim statement's own condition, negated).
+        /// `None` means only the claim statement can answer. (SQLite answers
+        /// duplicates this way, so they never wait for a group commit;
+        /// PostgreSQL folds the same test into its single-statement claim.)
+        #[allow(dead_code)]
+        pub(crate) async fn settled_claim(cx: &Cx<'_>, req: &ClaimRequest) -> Result<Option<ClaimOutcome>> {
+            let row = sqlx::query_as::<_, RunRow>(&cx.st.settled)
+                .bind(cx.now)
+                .bind(req.namespace.as_str())
+                .bind(req.key.as_str())
+                .bind(req.payload_hash.as_str())
+                .fetch_optional(cx.read)
+                .await?;
+            match row {
+                Some(row) => Ok(Some(ClaimOutcome::for_existing(row.to_run()?, &req.payload_hash))),
+                None => Ok(None),
+            }
+        }
+
         pub(crate) async fn claim(cx: &Cx<'_>, req: &ClaimRequest) -> Result<ClaimOutcome> {
             let mut tx = cx.write.begin().await?;
             let attempt = try_claim(&mut tx, cx, req).await?;
@@ -483,7 +530,7 @@ macro_rules! ledger_ops {
         }
 
         pub(crate) async fn insert_effect(
-            tx: &mut Transaction<'static, $db>,
+            tx: &mut WriteTx,
             cx: &Cx<'_>,
             run: &Run,
             effect: &NewEffect,
@@ -512,7 +559,7 @@ macro_rules! ledger_ops {
         }
 
         async fn insert_raw_event(
-            tx: &mut Transaction<'static, $db>,
+            tx: &mut WriteTx,
             st: &Statements,
             event: &RawEvent,
         ) -> Result<()> {
@@ -579,7 +626,7 @@ macro_rules! ledger_ops {
         /// explain to the caller why its lease lost the run.
         async fn conclude(
             cx: &Cx<'_>,
-            mut tx: Transaction<'static, $db>,
+            mut tx: WriteTx,
             call: &OwnerCall,
             updated: Option<RunRow>,
             kind: Move,
@@ -602,7 +649,7 @@ macro_rules! ledger_ops {
 
         /// Rolls back an owner call whose compare-and-set found no row and
         /// explains to the caller why its lease lost the run.
-        pub(crate) async fn lost(cx: &Cx<'_>, tx: Transaction<'static, $db>, call: &OwnerCall) -> StoreError {
+        pub(crate) async fn lost(cx: &Cx<'_>, tx: WriteTx, call: &OwnerCall) -> StoreError {
             if let Err(err) = tx.rollback().await {
                 return err.into();
             }
@@ -709,20 +756,17 @@ macro_rules! ledger_ops {
             Ok(rows.into_iter().map(StoredToken::from).collect())
         }
 
-        pub(crate) async fn insert_token(
-            pool: &Pool<$db>,
-            st: &Statements,
-            token: &StoredToken,
-            now: Millis,
-        ) -> Result<()> {
-            sqlx::query(&st.insert_token)
+        pub(crate) async fn insert_token(cx: &Cx<'_>, token: &StoredToken) -> Result<()> {
+            let mut tx = cx.write.begin().await?;
+            sqlx::query(&cx.st.insert_token)
                 .bind(&token.digest)
                 .bind(&token.subject)
                 .bind(token.scopes.join(","))
                 .bind(token.roles.join(","))
-                .bind(now)
-                .execute(pool)
+                .bind(cx.clock_now)
+                .execute(&mut *tx)
                 .await?;
+            tx.commit().await?;
             Ok(())
         }
     };

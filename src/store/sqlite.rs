@@ -1,18 +1,23 @@
 //! The embedded SQLite backend: one node, durable by default.
 //!
-//! Every pooled connection runs in WAL mode with `synchronous=FULL`, a busy
+//! Every connection runs in WAL mode with `synchronous=FULL`, a busy
 //! timeout and foreign keys on (set by the connect options, so a connection
-//! the pool opens later gets them too). Writes go through a pool of one
-//! connection, so they queue in the process instead of spinning on
-//! `SQLITE_BUSY`; reads use a separate pool and never wait for writers.
+//! the pool opens later gets them too). Writes go through one connection
+//! owned by the [group-commit executor](super::group_commit): concurrent
+//! claims, moves and effect inserts share one durable transaction, each in
+//! its own savepoint, and each caller is answered once that transaction is
+//! on disk. Reads use a separate pool and never wait for the writer.
 
+use std::future::Future;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::SqlitePool;
 
+use super::group_commit::{GroupCommit, GroupCommitOptions};
 use super::sql::{Dialect, Statements};
 use super::{OpenDeadLetters, Result, Store, StoreOptions, StoredToken};
 use crate::audit::checkpoint::{ChainHead, Checkpoint, CheckpointWrite, HeadRow};
@@ -34,6 +39,10 @@ use crate::deadletter::{
 };
 
 mod ops {
+    /// Writes go through the group-commit executor.
+    pub(crate) type Writer = crate::store::group_commit::GroupCommit;
+    /// One write: a turn in a group commit.
+    pub(crate) type WriteTx = crate::store::group_commit::Turn;
     crate::ledger_ops!(sqlx::Sqlite);
     crate::outbox_ops!(sqlx::Sqlite);
     crate::gauge_ops!(sqlx::Sqlite);
@@ -49,19 +58,52 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 /// The SQLite store.
 #[derive(Debug)]
 pub struct SqliteStore {
-    write: SqlitePool,
+    inner: Arc<Inner>,
+}
+
+/// What every operation needs; shared with the writer thread.
+#[derive(Debug)]
+struct Inner {
+    write: GroupCommit,
     read: SqlitePool,
+    connect: SqliteConnectOptions,
     st: Statements,
     clock: SharedClock,
 }
 
+impl Inner {
+    fn cx(&self) -> ops::Cx<'_> {
+        let now = self.clock.now_ms();
+        ops::Cx {
+            write: &self.write,
+            read: &self.read,
+            st: &self.st,
+            now: Some(now),
+            clock_now: now,
+        }
+    }
+}
+
 impl SqliteStore {
-    /// Opens the database file a `sqlite://PATH` URL names, creating it.
+    /// Opens the database file a `sqlite://PATH` URL names, creating it,
+    /// with the default group commit.
     ///
     /// # Errors
     /// The URL does not parse, names an in-memory database (two pools would
     /// see two databases), or the file cannot be opened.
     pub async fn connect(url: &str, options: StoreOptions) -> Result<Self> {
+        Self::connect_with(url, options, GroupCommitOptions::default()).await
+    }
+
+    /// Opens the database with the given group-commit batching.
+    ///
+    /// # Errors
+    /// As [`SqliteStore::connect`].
+    pub async fn connect_with(
+        url: &str,
+        options: StoreOptions,
+        group: GroupCommitOptions,
+    ) -> Result<Self> {
         if url.contains(":memory:") || url.contains("mode=memory") {
             return Err(super::StoreError::UnsupportedUrl(format!(
                 "{url} (in-memory SQLite loses every claim on exit; name a file)"
@@ -73,48 +115,57 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_millis(options.busy_timeout_ms))
             .foreign_keys(true);
-        let write = SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect_with(connect.clone())
-            .await?;
+        let write = GroupCommit::start(&connect, group).await?;
         let read = SqlitePoolOptions::new()
             .max_connections(options.max_connections.max(1))
-            .connect_with(connect.read_only(false))
+            // A file connection does not go stale; sqlx's ping before each
+            // use would cost every read a trip to the connection's thread.
+            .test_before_acquire(false)
+            .connect_with(connect.clone())
             .await?;
-        Ok(Self {
+        let inner = Inner {
             write,
             read,
+            connect,
             st: Statements {
                 redactor: options.redaction.clone(),
                 ..Statements::new(Dialect::Sqlite)
             },
             clock: options.clock,
+        };
+        Ok(Self {
+            inner: Arc::new(inner),
         })
     }
 
-    /// The pool writes go through (one connection).
-    pub fn write_pool(&self) -> &SqlitePool {
-        &self.write
+    /// The group-commit executor every write goes through.
+    pub fn writer(&self) -> &GroupCommit {
+        &self.inner.write
     }
 
     /// The pool reads go through.
     pub fn read_pool(&self) -> &SqlitePool {
-        &self.read
-    }
-
-    fn now(&self) -> i64 {
-        self.clock.now_ms()
+        &self.inner.read
     }
 
     fn cx(&self) -> ops::Cx<'_> {
-        let now = self.now();
-        ops::Cx {
-            write: &self.write,
-            read: &self.read,
-            st: &self.st,
-            now: Some(now),
-            clock_now: now,
-        }
+        self.inner.cx()
+    }
+
+    /// Runs a write operation on the writer's thread (see
+    /// [`GroupCommit::run`]), its arguments moved in:
+    ///
+    /// ```text
+    /// let req = req.clone();
+    /// self.on_writer(move |s| async move { ops::claim(&s.cx(), &req).await }).await
+    /// ```
+    async fn on_writer<T, F, Fut>(&self, op: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Inner>) -> Fut,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+    {
+        self.inner.write.run(op(self.inner.clone())).await?
     }
 }
 
@@ -125,25 +176,45 @@ impl Store for SqliteStore {
     }
 
     async fn migrate(&self) -> Result<()> {
-        MIGRATOR.run(&self.write).await?;
-        Ok(())
+        // Migrations take their own connection: they manage their own
+        // transactions, which a turn inside a batch cannot.
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(self.inner.connect.clone())
+            .await?;
+        let migrated = MIGRATOR.run(&pool).await;
+        pool.close().await;
+        Ok(migrated?)
     }
 
     async fn ping(&self) -> Result<()> {
-        sqlx::query("SELECT 1").execute(&self.read).await?;
+        sqlx::query("SELECT 1").execute(&self.inner.read).await?;
         Ok(())
     }
 
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome> {
-        ops::claim(&self.cx(), req).await
+        // A duplicate (the key is settled) is answered from the read pool
+        // and never waits for a group commit.
+        if let Some(answer) = ops::settled_claim(&self.cx(), req).await? {
+            return Ok(answer);
+        }
+        let req = req.clone();
+        self.on_writer(move |s| async move { ops::claim(&s.cx(), &req).await })
+            .await
     }
 
     async fn renew(&self, call: &OwnerCall, lease_ms: i64, max_life_ms: i64) -> Result<Moved> {
-        ops::renew(&self.cx(), call, lease_ms, max_life_ms).await
+        let call = call.clone();
+        self.on_writer(
+            move |s| async move { ops::renew(&s.cx(), &call, lease_ms, max_life_ms).await },
+        )
+        .await
     }
 
     async fn finish(&self, call: &OwnerCall, mv: &OwnerMove) -> Result<Moved> {
-        ops::finish(&self.cx(), call, mv).await
+        let (call, mv) = (call.clone(), mv.clone());
+        self.on_writer(move |s| async move { ops::finish(&s.cx(), &call, &mv).await })
+            .await
     }
 
     async fn accept_event(
@@ -152,15 +223,24 @@ impl Store for SqliteStore {
         event: &RawEvent,
         forward: &NewEffect,
     ) -> Result<ClaimOutcome> {
-        ops::accept_event(&self.cx(), req, event, forward).await
+        if let Some(answer) = ops::settled_claim(&self.cx(), req).await? {
+            return Ok(answer);
+        }
+        let (req, event, forward) = (req.clone(), event.clone(), forward.clone());
+        self.on_writer(
+            move |s| async move { ops::accept_event(&s.cx(), &req, &event, &forward).await },
+        )
+        .await
     }
 
     async fn quarantine_event(&self, event: &RawEvent, run: &Run) -> Result<()> {
-        ops::quarantine_event(&self.cx(), event, run).await
+        let (event, run) = (event.clone(), run.clone());
+        self.on_writer(move |s| async move { ops::quarantine_event(&s.cx(), &event, &run).await })
+            .await
     }
 
     async fn effects_of(&self, namespace: &Namespace, key: &IdempotencyKey) -> Result<Vec<Effect>> {
-        ops::effects_of(&self.read, &self.st, namespace, key).await
+        ops::effects_of(&self.inner.read, &self.inner.st, namespace, key).await
     }
 
     async fn commit(
@@ -169,47 +249,67 @@ impl Store for SqliteStore {
         result: Option<&Value>,
         effects: &[NewEffect],
     ) -> Result<Moved> {
-        ops::outbox::commit(&self.cx(), call, result, effects).await
+        let (call, result, effects) = (call.clone(), result.cloned(), effects.to_vec());
+        self.on_writer(move |s| async move {
+            ops::outbox::commit(&s.cx(), &call, result.as_ref(), &effects).await
+        })
+        .await
     }
 
     async fn lease_effects(&self, owner: &str, lease_ms: i64, limit: i64) -> Result<Vec<Leased>> {
-        ops::outbox::lease(&self.cx(), owner, lease_ms, limit).await
+        let owner = owner.to_owned();
+        self.on_writer(move |s| async move {
+            ops::outbox::lease(&s.cx(), &owner, lease_ms, limit).await
+        })
+        .await
     }
 
     async fn record_decisions(&self, decisions: &[Decision]) -> Result<Vec<Recorded>> {
-        ops::outbox::record_decisions(&self.cx(), decisions).await
+        let decisions = decisions.to_vec();
+        self.on_writer(
+            move |s| async move { ops::outbox::record_decisions(&s.cx(), &decisions).await },
+        )
+        .await
     }
 
     async fn expire_sending(&self) -> Result<u64> {
-        ops::outbox::expire(&self.cx()).await
+        self.on_writer(move |s| async move { ops::outbox::expire(&s.cx()).await })
+            .await
     }
 
     async fn cancel_effect(&self, id: &str, actor: &str) -> Result<Option<Effect>> {
-        ops::outbox::cancel(&self.cx(), id, actor).await
+        let (id, actor) = (id.to_owned(), actor.to_owned());
+        self.on_writer(move |s| async move { ops::outbox::cancel(&s.cx(), &id, &actor).await })
+            .await
     }
 
     async fn effect(&self, id: &str) -> Result<Option<Effect>> {
-        ops::outbox::effect(&self.read, &self.st, id).await
+        ops::outbox::effect(&self.inner.read, &self.inner.st, id).await
     }
 
     async fn attempts(&self, effect_id: &str) -> Result<Vec<AttemptView>> {
-        ops::outbox::attempts(&self.read, &self.st, effect_id).await
+        ops::outbox::attempts(&self.inner.read, &self.inner.st, effect_id).await
     }
 
     async fn set_actions(&self, scope: &str, enabled: bool, actor: &str) -> Result<()> {
-        ops::outbox::set_switch(&self.cx(), scope, enabled, actor, self.clock.now_ms()).await
+        let (scope, actor) = (scope.to_owned(), actor.to_owned());
+        self.on_writer(move |s| async move {
+            let now = s.clock.now_ms();
+            ops::outbox::set_switch(&s.cx(), &scope, enabled, &actor, now).await
+        })
+        .await
     }
 
     async fn action_switches(&self) -> Result<Vec<ActionSwitch>> {
-        ops::outbox::switches(&self.read, &self.st).await
+        ops::outbox::switches(&self.inner.read, &self.inner.st).await
     }
 
     async fn backlog(&self) -> Result<Vec<(String, String, i64)>> {
-        ops::outbox::backlog(&self.read, &self.st).await
+        ops::outbox::backlog(&self.inner.read, &self.inner.st).await
     }
 
     async fn get_run(&self, namespace: &Namespace, key: &IdempotencyKey) -> Result<Option<Run>> {
-        ops::fetch(&self.read, &self.st, namespace, key).await
+        ops::fetch(&self.inner.read, &self.inner.st, namespace, key).await
     }
 
     async fn audit_trail(
@@ -217,15 +317,17 @@ impl Store for SqliteStore {
         namespace: &Namespace,
         key: &IdempotencyKey,
     ) -> Result<Vec<AuditRecord>> {
-        ops::audit_trail(&self.read, &self.st, namespace, key).await
+        ops::audit_trail(&self.inner.read, &self.inner.st, namespace, key).await
     }
 
     async fn stored_tokens(&self) -> Result<Vec<StoredToken>> {
-        ops::stored_tokens(&self.read, &self.st).await
+        ops::stored_tokens(&self.inner.read, &self.inner.st).await
     }
 
     async fn insert_token(&self, token: &StoredToken) -> Result<()> {
-        ops::insert_token(&self.write, &self.st, token, self.now()).await
+        let token = token.clone();
+        self.on_writer(move |s| async move { ops::insert_token(&s.cx(), &token).await })
+            .await
     }
 
     // --- ops (metrics) ---
@@ -241,25 +343,27 @@ impl Store for SqliteStore {
     // ---- Audit integrity, retention and backup (issue 6: audit) ----
 
     fn head_scan(&self) -> BoxStream<'_, Result<HeadRow>> {
-        ops::audit::head_scan(&self.read, &self.st)
+        ops::audit::head_scan(&self.inner.read, &self.inner.st)
     }
 
     fn audit_scan<'a>(&'a self, namespace: Option<&'a str>) -> BoxStream<'a, Result<ScanRow>> {
-        ops::audit::audit_scan(&self.read, &self.st, namespace)
+        ops::audit::audit_scan(&self.inner.read, &self.inner.st, namespace)
     }
 
     fn checkpointed_heads(&self) -> BoxStream<'_, Result<ChainHead>> {
-        ops::audit::heads(&self.read, &self.st)
+        ops::audit::heads(&self.inner.read, &self.inner.st)
     }
 
     async fn checkpoints(&self) -> Result<Vec<Checkpoint>> {
-        ops::audit::checkpoints(&self.read, &self.st, false).await
+        ops::audit::checkpoints(&self.inner.read, &self.inner.st, false).await
     }
 
     async fn latest_checkpoint(&self) -> Result<Option<Checkpoint>> {
-        Ok(ops::audit::checkpoints(&self.read, &self.st, true)
-            .await?
-            .pop())
+        Ok(
+            ops::audit::checkpoints(&self.inner.read, &self.inner.st, true)
+                .await?
+                .pop(),
+        )
     }
 
     async fn commit_checkpoint(&self, write: &CheckpointWrite) -> Result<bool> {
@@ -267,31 +371,31 @@ impl Store for SqliteStore {
     }
 
     async fn chain_anchor(&self, namespace: &str, key: &str) -> Result<ChainAnchor> {
-        ops::audit::chain_anchor(&self.read, &self.st, namespace, key).await
+        ops::audit::chain_anchor(&self.inner.read, &self.inner.st, namespace, key).await
     }
 
     async fn record_verification(&self, verification: &Verification) -> Result<()> {
-        ops::audit::record_verification(&self.write, &self.st, verification).await
+        ops::audit::record_verification(&self.inner.read, &self.inner.st, verification).await
     }
 
     async fn last_verification(&self) -> Result<Option<Verification>> {
-        ops::audit::last_verification(&self.read, &self.st).await
+        ops::audit::last_verification(&self.inner.read, &self.inner.st).await
     }
 
     async fn take_job(&self, name: &str, owner: &str, lease_ms: i64) -> Result<bool> {
         ops::audit::take_job(
-            &self.write,
-            &self.st,
+            &self.inner.read,
+            &self.inner.st,
             name,
             owner,
             lease_ms,
-            self.clock.now_ms(),
+            self.inner.clock.now_ms(),
         )
         .await
     }
 
     async fn release_job(&self, name: &str, owner: &str) -> Result<()> {
-        ops::audit::release_job(&self.write, &self.st, name, owner).await
+        ops::audit::release_job(&self.inner.read, &self.inner.st, name, owner).await
     }
 
     async fn retention_candidates(
@@ -299,11 +403,11 @@ impl Store for SqliteStore {
         sel: &Selection,
         tombstones: bool,
     ) -> Result<Vec<RunStamp>> {
-        ops::audit::candidates(&self.read, sel, tombstones).await
+        ops::audit::candidates(&self.inner.read, sel, tombstones).await
     }
 
     async fn run_material(&self, stamp: &RunStamp) -> Result<Option<RunMaterial>> {
-        ops::audit::material(&self.read, &self.st, stamp).await
+        ops::audit::material(&self.inner.read, &self.inner.st, stamp).await
     }
 
     async fn slim_runs(&self, runs: &[RunMaterial], archive_file: &str, now: i64) -> Result<u64> {
@@ -315,26 +419,26 @@ impl Store for SqliteStore {
     }
 
     async fn backup(&self, dest: &std::path::Path) -> Result<()> {
-        super::backup::sqlite(&self.read, dest).await
+        super::backup::sqlite(&self.inner.read, dest).await
     }
 
     async fn close(&self) {
-        self.write.close().await;
-        self.read.close().await;
+        self.inner.write.close().await;
+        self.inner.read.close().await;
     }
 
     // ---- Dead letters and replay (issue 6, branch dlq) ----
 
     async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetter>> {
-        ops::deadletter::list(&self.read, filter).await
+        ops::deadletter::list(&self.inner.read, filter).await
     }
 
     async fn dead_letter(&self, id: &str) -> Result<Option<DeadLetter>> {
-        ops::deadletter::fetch(&self.read, &self.st, id).await
+        ops::deadletter::fetch(&self.inner.read, &self.inner.st, id).await
     }
 
     async fn assign_dead_letter(&self, id: &str, owner: &str) -> Result<Option<DeadLetter>> {
-        ops::deadletter::assign(&self.write, &self.st, id, owner).await
+        ops::deadletter::assign(&self.inner.read, &self.inner.st, id, owner).await
     }
 
     async fn resolve_dead_letter(&self, cmd: &ResolveCommand) -> Result<ActionOutcome> {
@@ -354,11 +458,11 @@ impl Store for SqliteStore {
     }
 
     async fn run_links(&self, namespace: &str, key: &str) -> Result<Vec<RunLink>> {
-        ops::deadletter::links(&self.read, &self.st, namespace, key).await
+        ops::deadletter::links(&self.inner.read, &self.inner.st, namespace, key).await
     }
 
     async fn raw_event(&self, id: &str) -> Result<Option<RawEvent>> {
-        ops::deadletter::raw_event(&self.read, &self.st, id).await
+        ops::deadletter::raw_event(&self.inner.read, &self.inner.st, id).await
     }
 
     async fn create_replay_job(&self, job: &NewReplayJob) -> Result<ReplayJob> {
@@ -366,15 +470,15 @@ impl Store for SqliteStore {
     }
 
     async fn replay_job(&self, id: &str) -> Result<Option<ReplayJob>> {
-        ops::replay::job(&self.read, &self.st, id).await
+        ops::replay::job(&self.inner.read, &self.inner.st, id).await
     }
 
     async fn replay_jobs(&self, limit: i64) -> Result<Vec<ReplayJob>> {
-        ops::replay::jobs(&self.read, &self.st, limit).await
+        ops::replay::jobs(&self.inner.read, &self.inner.st, limit).await
     }
 
     async fn replay_job_items(&self, id: &str, after_seq: i64, limit: i64) -> Result<Vec<JobItem>> {
-        ops::replay::items(&self.read, &self.st, id, after_seq, limit).await
+        ops::replay::items(&self.inner.read, &self.inner.st, id, after_seq, limit).await
     }
 
     async fn set_replay_job_state(
@@ -391,7 +495,7 @@ impl Store for SqliteStore {
     }
 
     async fn next_replay_item(&self, job_id: &str) -> Result<Option<JobItem>> {
-        ops::replay::next_item(&self.read, &self.st, job_id).await
+        ops::replay::next_item(&self.inner.read, &self.inner.st, job_id).await
     }
 
     async fn refuse_replay_item(&self, item: &JobItemRef, why: &str) -> Result<bool> {

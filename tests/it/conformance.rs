@@ -403,34 +403,41 @@ async fn sqlite_sets_wal_and_full_sync_on_every_pooled_connection() {
     let store = oncegate::store::sqlite::SqliteStore::connect(&db.url, options)
         .await
         .unwrap();
+    // The group-commit writer's connection, lent for one turn.
+    let mut turn = store.writer().begin().await.unwrap();
+    assert_durable_settings(&mut turn).await;
+    turn.commit().await.unwrap();
     let mut held = Vec::new();
-    // Hold every connection at once so each one is a distinct connection.
-    held.push(store.write_pool().acquire().await.unwrap());
+    // Hold every reader at once so each one is a distinct connection.
     for _ in 0..4 {
         held.push(store.read_pool().acquire().await.unwrap());
     }
     for conn in &mut held {
-        let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
-            .fetch_one(&mut **conn)
-            .await
-            .unwrap();
-        let sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
-            .fetch_one(&mut **conn)
-            .await
-            .unwrap();
-        let fk: i64 = sqlx::query_scalar("PRAGMA foreign_keys")
-            .fetch_one(&mut **conn)
-            .await
-            .unwrap();
-        let busy: i64 = sqlx::query_scalar("PRAGMA busy_timeout")
-            .fetch_one(&mut **conn)
-            .await
-            .unwrap();
-        assert_eq!(mode, "wal");
-        assert_eq!(sync, 2, "synchronous=FULL");
-        assert_eq!(fk, 1);
-        assert_eq!(busy, 5_000);
+        assert_durable_settings(conn).await;
     }
+}
+
+async fn assert_durable_settings(conn: &mut sqlx::SqliteConnection) {
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    let sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    let fk: i64 = sqlx::query_scalar("PRAGMA foreign_keys")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    let busy: i64 = sqlx::query_scalar("PRAGMA busy_timeout")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(mode, "wal");
+    assert_eq!(sync, 2, "synchronous=FULL");
+    assert_eq!(fk, 1);
+    assert_eq!(busy, 5_000);
 }
 
 #[tokio::test]

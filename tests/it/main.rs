@@ -20,6 +20,8 @@ mod deadletter_rerun;
 mod deadletters;
 mod dispatch;
 mod dispatch_process;
+// SQLite group commit (the benchmark issue).
+mod group_commit;
 mod harness;
 mod ingress;
 // Retry Lab (issue 9).

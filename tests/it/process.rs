@@ -226,7 +226,75 @@ async fn acknowledged_claims_survive_kill_9(backend: Backend) {
 on_both_backends!(
     acknowledged_claims_survive_kill_9,
     accepted_webhooks_survive_kill_9_with_their_forward_pending,
+    claims_acknowledged_under_concurrent_load_survive_kill_9,
 );
+
+/// Group commit: many claims share one commit, and each is answered only
+/// once its batch is durable. Claims are acknowledged by 32 concurrent
+/// clients while the process is killed mid-flight; after a restart every
+/// acknowledged claim is there.
+async fn claims_acknowledged_under_concurrent_load_survive_kill_9(backend: Backend) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let db = TestDb::new(backend).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (config, secret) = write_config(dir.path(), &db.url);
+    let server = Server::start(&config, dir.path(), &[]);
+    let acked = Arc::new(Mutex::new(Vec::<String>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..32)
+        .map(|c| {
+            let (base, secret) = (server.base.clone(), secret.clone());
+            let (acked, stop) = (acked.clone(), stop.clone());
+            tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                for i in 0.. {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let key = format!("load_{c}_{i}");
+                    let sent = client
+                        .post(format!("{base}/v1/claims"))
+                        .bearer_auth(&secret)
+                        .json(&json!({ "namespace": "stripe", "key": key, "payload": { "key": key } }))
+                        .send()
+                        .await;
+                    // The process is gone: this claim was never acknowledged.
+                    let Ok(resp) = sent else { break };
+                    let Ok(answer) = resp.json::<Value>().await else { break };
+                    assert_eq!(answer["claimed"], true, "{answer}");
+                    acked.lock().unwrap().push(key);
+                }
+            })
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while acked.lock().unwrap().len() < 400 {
+        assert!(std::time::Instant::now() < deadline, "claims too slow");
+        tokio::task::yield_now().await;
+    }
+    server.kill9();
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.await.unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+    let listed = acked
+        .iter()
+        .map(|k| format!("'{k}'"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let stored = db
+        .count(&format!(
+            "SELECT COUNT(*) FROM runs WHERE namespace = 'stripe' AND run_key IN ({listed})"
+        ))
+        .await;
+    assert_eq!(stored, acked.len() as i64, "acknowledged claims were lost");
+    let server = Server::start(&config, dir.path(), &[]);
+    let again = claim(&reqwest::Client::new(), &server.base, &secret, &acked[0]).await;
+    assert_eq!(again["claimed"], false);
+    assert!(server.stop().success());
+}
 
 async fn accepted_webhooks_survive_kill_9_with_their_forward_pending(backend: Backend) {
     use crate::ingress::{stripe_event, stripe_signature, SECRET};

@@ -1,5 +1,3 @@
-//! `oncegate-bench`: rerunnable benchmarks of oncegate on this machine.
-//!
 //! `oncegate-bench dispatch` measures the outbox: how many effects per
 //! second the dispatcher delivers to a local HTTP target (throughput, from
 //! a pre-filled outbox), and how long an effect waits between its commit
@@ -11,10 +9,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use axum::http::HeaderMap;
 use axum::routing::post;
-use clap::Parser;
 use oncegate::clock::{Clock, SystemClock};
 use oncegate::config::Config;
 use oncegate::ledger::{
@@ -22,67 +19,45 @@ use oncegate::ledger::{
 };
 use oncegate::outbox::{Dispatcher, EffectSpec, KillSwitch, NewEffect};
 use oncegate::store::{self, SharedStore, StoreOptions};
-use sqlx::Connection;
 use tokio_util::sync::CancellationToken;
 
-#[derive(Debug, Parser)]
-#[command(name = "oncegate-bench", about = "Rerunnable oncegate benchmarks")]
-struct Cli {
-    #[command(subcommand)]
-    bench: Bench,
-}
+use crate::db::Database;
 
-#[derive(Debug, clap::Subcommand)]
-enum Bench {
-    /// Outbox dispatch throughput and commit-to-send latency.
-    Dispatch {
-        /// Backends to measure, in one run.
-        #[arg(long, value_delimiter = ',', default_value = "sqlite,postgres")]
-        backends: Vec<String>,
-        /// Effects pre-queued for the throughput phase.
-        #[arg(long, default_value_t = 20_000)]
-        effects: usize,
-        /// Commits per second during the latency phase.
-        #[arg(long, default_value_t = 200)]
-        rate: u64,
-        /// Seconds of the latency phase.
-        #[arg(long, default_value_t = 10)]
-        seconds: u64,
-        /// Concurrent dispatch steps.
-        #[arg(long, default_value_t = 4)]
-        workers: usize,
-        /// PostgreSQL server (a database is created and dropped).
-        #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
-        pg_url: String,
-    },
+/// What the dispatch benchmark runs.
+#[derive(Debug, clap::Args)]
+pub struct DispatchArgs {
+    /// Backends to measure, in one run.
+    #[arg(long, value_delimiter = ',', default_value = "sqlite,postgres")]
+    backends: Vec<String>,
+    /// Effects pre-queued for the throughput phase.
+    #[arg(long, default_value_t = 20_000)]
+    effects: usize,
+    /// Commits per second during the latency phase.
+    #[arg(long, default_value_t = 200)]
+    rate: u64,
+    /// Seconds of the latency phase.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Concurrent dispatch steps.
+    #[arg(long, default_value_t = 4)]
+    workers: usize,
+    /// PostgreSQL server (a database is created and dropped).
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
+    pg_url: String,
 }
 
 /// Arrival times at the target, by idempotency key.
 type Arrivals = Arc<Mutex<HashMap<String, i64>>>;
 
-#[tokio::main]
-async fn main() -> Result<()> {
-    match Cli::parse().bench {
-        Bench::Dispatch {
-            backends,
-            effects,
-            rate,
-            seconds,
-            workers,
-            pg_url,
-        } => {
-            println!(
-                "| backend | effects | throughput (effects/s) | commit→send p50 | p99 | max |"
-            );
-            println!("| --- | ---: | ---: | ---: | ---: | ---: |");
-            for backend in backends {
-                let row =
-                    dispatch_bench(&backend, effects, rate, seconds, workers, &pg_url).await?;
-                println!("{row}");
-            }
-            Ok(())
-        }
+/// Runs the dispatch benchmark on each backend and prints its table.
+pub async fn run(args: DispatchArgs) -> Result<()> {
+    println!("| backend | effects | throughput (effects/s) | commit→send p50 | p99 | max |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
+    for backend in &args.backends {
+        let row = dispatch_bench(backend, &args).await?;
+        println!("{row}");
     }
+    Ok(())
 }
 
 /// A local target: answers 200 at once and notes when each key arrived.
@@ -106,45 +81,6 @@ async fn start_target(arrivals: Arrivals) -> Result<String> {
     );
     tokio::spawn(async move { axum::serve(listener, app).await });
     Ok(base)
-}
-
-struct Database {
-    url: String,
-    drop_pg: Option<(String, String)>,
-    _dir: Option<tempfile::TempDir>,
-}
-
-async fn database(backend: &str, pg_url: &str) -> Result<Database> {
-    match backend {
-        "sqlite" => {
-            let dir = tempfile::tempdir()?;
-            let url = format!("sqlite://{}", dir.path().join("bench.db").display());
-            Ok(Database {
-                url,
-                drop_pg: None,
-                _dir: Some(dir),
-            })
-        }
-        "postgres" => {
-            let name = format!("oncegate_bench_{}", std::process::id());
-            let mut admin = sqlx::PgConnection::connect(pg_url)
-                .await
-                .context("connecting to PostgreSQL")?;
-            sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                .execute(&mut admin)
-                .await?;
-            sqlx::query(&format!("CREATE DATABASE {name}"))
-                .execute(&mut admin)
-                .await?;
-            let base = pg_url.rsplit_once('/').map_or(pg_url, |(b, _)| b);
-            Ok(Database {
-                url: format!("{base}/{name}"),
-                drop_pg: Some((pg_url.to_owned(), name)),
-                _dir: None,
-            })
-        }
-        other => anyhow::bail!("unknown backend {other:?}: sqlite or postgres"),
-    }
 }
 
 async fn queue(store: &SharedStore, key: &str, url: &str) -> Result<()> {
@@ -182,15 +118,9 @@ async fn queue(store: &SharedStore, key: &str, url: &str) -> Result<()> {
     Ok(())
 }
 
-async fn dispatch_bench(
-    backend: &str,
-    effects: usize,
-    rate: u64,
-    seconds: u64,
-    workers: usize,
-    pg_url: &str,
-) -> Result<String> {
-    let db = database(backend, pg_url).await?;
+async fn dispatch_bench(backend: &str, args: &DispatchArgs) -> Result<String> {
+    let (effects, rate, seconds, workers) = (args.effects, args.rate, args.seconds, args.workers);
+    let db = Database::create(backend, &args.pg_url, "dispatch").await?;
     let arrivals: Arrivals = Arc::default();
     let base = start_target(arrivals.clone()).await?;
     let url = format!("{base}/send");
@@ -263,12 +193,7 @@ async fn dispatch_bench(
     );
     let pct = |p: f64| waits[((waits.len() as f64 * p) as usize).min(waits.len() - 1)];
     store.close().await;
-    if let Some((admin, name)) = db.drop_pg {
-        let mut c = sqlx::PgConnection::connect(&admin).await?;
-        sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-            .execute(&mut c)
-            .await?;
-    }
+    db.drop_now().await?;
     Ok(format!(
         "| {backend} | {effects} | {throughput:.0} | {} ms | {} ms | {} ms |",
         pct(0.50),

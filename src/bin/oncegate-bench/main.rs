@@ -1,0 +1,47 @@
+//! `oncegate-bench`: rerunnable benchmarks of oncegate on this machine.
+//!
+//! - `suite`: the claim path of the real release binary (`oncegate serve`
+//!   as a child process on 127.0.0.1) under a keep-alive load generator:
+//!   the no-op floor, new keys, duplicates, signed webhooks, raw pgbench,
+//!   the duplicate storm, growth and peak memory, with the ratios.
+//!   `--smoke` runs a few seconds of it and checks answers only (CI).
+//! - `dispatch`: outbox throughput and commit-to-send latency, in process.
+//!
+//! `scripts/bench` builds the release binaries and runs the suite.
+
+use anyhow::Result;
+use clap::Parser;
+
+mod db;
+mod dispatch;
+mod growth;
+mod load;
+mod pgbench;
+mod server;
+mod suite;
+mod targets;
+mod workloads;
+
+#[derive(Debug, Parser)]
+#[command(name = "oncegate-bench", about = "Rerunnable oncegate benchmarks")]
+struct Cli {
+    #[command(subcommand)]
+    bench: Bench,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Bench {
+    /// The claim path of the real binary, side by side with its floor and
+    /// raw pgbench (see BENCHMARKS.md).
+    Suite(suite::SuiteArgs),
+    /// Outbox dispatch throughput and commit-to-send latency.
+    Dispatch(dispatch::DispatchArgs),
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    match Cli::parse().bench {
+        Bench::Suite(args) => suite::run(args).await,
+        Bench::Dispatch(args) => dispatch::run(args).await,
+    }
+}
