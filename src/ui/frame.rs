@@ -117,6 +117,19 @@ pub fn when(ms: Millis) -> String {
     to_datetime(ms).format("%Y-%m-%d %H:%M:%S UTC").to_string()
 }
 
+/// An RFC 3339 time (as the audit timeline gives them) in the console's
+/// format, to the millisecond; other text is shown as it is.
+pub fn stamp(rfc3339: &str) -> String {
+    chrono::DateTime::parse_from_rfc3339(rfc3339).map_or_else(
+        |_| rfc3339.to_owned(),
+        |t| {
+            t.with_timezone(&chrono::Utc)
+                .format("%Y-%m-%d %H:%M:%S%.3f UTC")
+                .to_string()
+        },
+    )
+}
+
 /// A duration in words: `45 s`, `12 min`, `3.5 h`, `2.0 d`.
 pub fn span(ms: i64) -> String {
     let s = ms.max(0) as f64 / 1000.0;
@@ -205,6 +218,15 @@ mod tests {
         let html = badge("x\" onclick=\"y").into_string();
         assert!(html.contains("class=\"badge xonclicky\""), "{html}");
         assert!(html.contains("x&quot; onclick=&quot;y"), "{html}");
+    }
+
+    #[test]
+    fn stamps_are_utc_to_the_millisecond() {
+        assert_eq!(
+            stamp("2025-01-02T10:00:00.123+01:00"),
+            "2025-01-02 09:00:00.123 UTC"
+        );
+        assert_eq!(stamp("garbage"), "garbage");
     }
 
     #[test]

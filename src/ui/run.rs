@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::error::{Result, UiError};
-use super::frame::{at, badge, json_block, or_dash, source_link, Nav};
+use super::frame::{at, badge, json_block, or_dash, source_link, stamp, Nav};
 use super::session::Operator;
 use crate::api::timeline::load;
 use crate::api::AppState;
@@ -80,7 +80,7 @@ fn processed(t: &Timeline, run: Option<&Run>) -> Markup {
         @if let (true, Some(state)) = (p.known, &p.state) {
             p { strong { "Yes." } " State now: " (badge(state)) }
             p { "Claimed " (p.claims) " time(s)"
-                @if let Some(f) = first { "; first by " strong { (f.actor) } " at " (f.at) }
+                @if let Some(f) = first { "; first by " strong { (f.actor) } " at " (stamp(&f.at)) }
                 "." }
             @if let Some(reason) = run.and_then(|r| r.reason.as_deref()) { p { "Reason: " (reason) } }
             @if let Some(a) = &p.archived_at { p { "Archived (slimmed to a tombstone) at " (a) "; its history is in the archive." } }
@@ -109,7 +109,7 @@ fn sent(t: &Timeline) -> Markup {
         @for e in &s.effects {
             p { code { (e.effect_type) } " → " (e.target) ": " (badge(&e.state))
                 @if let Some(x) = &e.external_ref { " external id " code { (x) } }
-                @if let Some(at) = &e.first_sent_at { " (first sent " (at) ")" } }
+                @if let Some(at) = &e.first_sent_at { " (first sent " (stamp(at)) ")" } }
         }
         @if trouble > 0 { p { "An unknown or failed effect is never re-sent blindly: see its attempts below." } }
     };
@@ -125,22 +125,28 @@ fn sent(t: &Timeline) -> Markup {
 
 fn approved(t: &Timeline) -> Markup {
     let people: Vec<_> = t.approvals.iter().filter(|d| d.kind != "gate").collect();
-    let by_policy = t.events.iter().find(|e| e.kind == "approve");
+    // The owner's commit is an `approve` too; a gate policy's clearing
+    // names its policy in the detail.
+    let by_policy = t
+        .events
+        .iter()
+        .find(|e| e.kind == "approve" && e.detail.get("policy").is_some_and(|p| !p.is_null()));
     let gated = t.approvals.iter().any(|d| d.kind == "gate");
     let lines = html! {
         @if people.is_empty() {
             @if let Some(policy) = by_policy {
-                p { strong { "No person:" } " cleared by policy"
+                p { strong { "No person:" } " cleared by the "
+                    code { (policy.detail.get("policy").and_then(Value::as_str).unwrap_or("gate")) } " policy"
                     @if let Some(d) = policy.detail.get("decision").and_then(Value::as_str) { " (" (d) ")" }
-                    " at " (policy.at) "." }
+                    " at " (stamp(&policy.at)) "." }
             } @else if gated {
                 p { strong { "Nobody yet:" } " an approval is waiting. " a href="/ui/approvals" { "Approvals inbox" } }
             } @else {
-                p { strong { "No person decided:" } " no approval was asked for this run." }
+                p { strong { "No person decided:" } " no approval was asked for this run (its operation is not gated)." }
             }
         }
         @for d in &people {
-            p { strong { (d.approver) } " — " (d.decision) " (" code { (d.kind) } ") at " (d.at)
+            p { strong { (d.approver) } " — " (d.decision) " (" code { (d.kind) } ") at " (stamp(&d.at))
                 @if let Some(r) = d.detail.get("reason").and_then(Value::as_str) { ": " (r) }
                 @if let Some(m) = d.detail.get("auth_method").and_then(Value::as_str) { " · signed in by " (m) } }
         }
@@ -161,7 +167,7 @@ fn drafted(t: &Timeline) -> Markup {
         @for m in &t.model_outputs {
             p { strong { (m.model.as_deref().unwrap_or("unknown model")) }
                 " revision " code { (m.revision.as_deref().unwrap_or("?")) }
-                " (" (m.provider.as_deref().unwrap_or("?")) ") at " (m.at) ": "
+                " (" (m.provider.as_deref().unwrap_or("?")) ") at " (stamp(&m.at)) ": "
                 @match m.valid { Some(true) => "valid", Some(false) => "invalid", None => "not validated" } }
         }
     };
@@ -213,7 +219,7 @@ fn effects(effects: &[EffectLine]) -> Markup {
                         thead { tr { th.num scope="col" { "#" } th scope="col" { "Started" } th scope="col" { "Class" }
                             th.num scope="col" { "Status" } th scope="col" { "Error" } } }
                         tbody { @for a in &e.attempts { tr {
-                            td.num { (a.attempt) } td { (a.at) } td { (badge(&a.class)) }
+                            td.num { (a.attempt) } td { (stamp(&a.at)) } td { (badge(&a.class)) }
                             td.num { (a.status.map(|s| s.to_string()).unwrap_or_default()) }
                             td { (or_dash(a.error.as_deref())) }
                         } } }
@@ -236,7 +242,7 @@ fn events(t: &Timeline) -> Markup {
                 th scope="col" { "Actor" } th scope="col" { "Move" } th scope="col" { "Detail" } } }
             tbody { @for e in &t.events {
                 tr class=[(!e.chain_ok).then_some("chain-bad")] {
-                    td.num { (e.seq) } td { (e.at) } td { code { (e.kind) } } td { (e.actor) }
+                    td.num { (e.seq) } td { (stamp(&e.at)) } td { code { (e.kind) } } td { (e.actor) }
                     td { (e.from_state.as_deref().unwrap_or("")) @if e.to_state.is_some() { " → " (badge(e.to_state.as_deref().unwrap_or(""))) } }
                     td { @if e.detail.as_object().is_some_and(|o| !o.is_empty()) {
                         details { summary { "detail" } (json_block(&e.detail)) }
