@@ -124,7 +124,7 @@ fn tiles(n: &Numbers) -> Markup {
         section.tile.(if dup_total > 0 { "warn" } else { "ok" }) aria-labelledby="t-dup" {
             h2 #t-dup { "Duplicate deliveries" }
             p.big { (dup_total) }
-            p.note { "Answered by this instance since it started (its counters; a duplicate writes nothing to the database). Sum over instances in Prometheus: oncegate_claims_total{outcome=~\"duplicate|duplicate_of\"}." }
+            p.note { "Answered by this instance since it started (its counters; a duplicate writes nothing to the database). Across instances: " code { "oncegate_claims_total{outcome=~\"duplicate|duplicate_of\"}" } "." }
         }
         section.tile.(if n.stale > 0 { "bad" } else { "ok" }) aria-labelledby="t-stale" {
             h2 #t-stale { "Stale leases" }

@@ -231,8 +231,7 @@ async fn browser_replays_a_dead_letter() {
             .await;
         assert_eq!(c.state("crm", "order-3003").await, "approved");
         c.dispatch_until("crm", "order-3003", "completed").await;
-        b.open(&format!("/ui/run?namespace=crm&key=order-3003"))
-            .await;
+        b.open("/ui/run?namespace=crm&key=order-3003").await;
         let run = b.wait_for("Did we send?").await;
         assert!(run.contains("All 1 effect(s) completed"), "{run}");
         assert!(
