@@ -32,6 +32,8 @@ mod target;
 mod browser;
 mod console;
 mod console_browser;
+mod console_screenshots;
+mod console_search;
 // ops: metrics and logs
 mod logs;
 mod metrics;
