@@ -31,6 +31,8 @@
 //!   that answers "did we process, did we send, who approved, which model".
 //! - [`api`]: the versioned JSON API over HTTP (axum), bearer tokens with
 //!   scopes, RFC 9457 problem+json errors, the OpenAPI document.
+//! - [`ui`]: the operator console at `/ui`, server-rendered HTML over the
+//!   same store calls, signed in through the approval pages' session.
 //! - [`ops`]: Prometheus metrics, health and readiness; the retention
 //!   sweeper (archive to JSONL, tombstones), the periodic checkpoint,
 //!   sweep and verify jobs of `serve`, and the audit, retention and backup
@@ -85,4 +87,5 @@ pub mod ledger;
 pub mod ops;
 pub mod outbox;
 pub mod store;
+pub mod ui;
 pub mod validate;

@@ -128,7 +128,8 @@ impl ApiError {
         }
     }
 
-    fn status(&self) -> StatusCode {
+    /// The HTTP status this error answers with (the console reuses it).
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             Self::Invalid { .. } => StatusCode::BAD_REQUEST,
             Self::Unauthorized | Self::Unauthenticated(_) => StatusCode::UNAUTHORIZED,

@@ -28,8 +28,9 @@ pub mod approvals;
 pub mod approve;
 pub mod auth;
 mod claims;
-// Dead letters and replay (issue 6, branch dlq).
-mod deadletters;
+// Dead letters and replay (issue 6, branch dlq); the console (issue 7)
+// reuses its bulk-replay selection and dry run.
+pub(crate) mod deadletters;
 mod effects;
 pub mod error;
 mod gate;
@@ -40,7 +41,7 @@ pub mod openapi;
 pub mod runs;
 // ops (metrics and logs): the request span and the duration histogram.
 pub mod telemetry;
-mod timeline; // issue 6: audit
+pub(crate) mod timeline; // issue 6: audit; the console (issue 7) reuses `load`
 
 pub use auth::{Authenticator, Principal};
 pub use error::{ApiError, Problem};
@@ -85,6 +86,8 @@ pub fn router(state: AppState) -> Router {
         .merge(approve::router())
         .merge(noop::router(state.clone()))
         .merge(crate::ingress::router())
+        // The operator console (issue 7, branch console): HTML under /ui.
+        .merge(crate::ui::router())
         .merge(health::router())
         .merge(openapi::router())
         .layer(middleware::from_fn_with_state(state.clone(), timeout))

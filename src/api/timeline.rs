@@ -43,22 +43,41 @@ pub(super) async fn timeline(
     })?;
     let namespace = Namespace::parse(q.namespace)?;
     let key = IdempotencyKey::parse(q.key)?;
+    load(&app, &namespace, &key)
+        .await?
+        .map(Json)
+        .ok_or_else(|| {
+            ApiError::NotFound(format!(
+                "no run and no audit event with key {key} in namespace {namespace}"
+            ))
+        })
+}
+
+/// One key's timeline: the run, its effects with their attempts, its audit
+/// events and the chain's verification. `None` when there is neither a run
+/// nor an audit event under the key. Shared with the console's run page.
+///
+/// # Errors
+/// The store failed.
+pub(crate) async fn load(
+    app: &AppState,
+    namespace: &Namespace,
+    key: &IdempotencyKey,
+) -> Result<Option<Timeline>> {
     let store = &app.store;
-    let run = store.get_run(&namespace, &key).await?;
-    let events = store.audit_trail(&namespace, &key).await?;
+    let run = store.get_run(namespace, key).await?;
+    let events = store.audit_trail(namespace, key).await?;
     if run.is_none() && events.is_empty() {
-        return Err(ApiError::NotFound(format!(
-            "no run and no audit event with key {key} in namespace {namespace}"
-        )));
+        return Ok(None);
     }
     let mut effects = Vec::new();
-    for effect in store.effects_of(&namespace, &key).await? {
+    for effect in store.effects_of(namespace, key).await? {
         let attempts = store.attempts(&effect.id).await?;
         effects.push((effect, attempts));
     }
     let anchor = store.chain_anchor(namespace.as_str(), key.as_str()).await?;
     let problem = check_one(namespace.as_str(), key.as_str(), events.clone(), &anchor);
-    Ok(Json(build(Material {
+    Ok(Some(build(Material {
         namespace: namespace.to_string(),
         key: key.to_string(),
         run,

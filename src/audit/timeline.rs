@@ -360,7 +360,8 @@ fn model_line(r: &AuditRecord) -> Option<ModelLine> {
         seq: r.entry.seq,
         at: at(r.entry.created_at),
         kind: kind.into(),
-        provider: text(model, &["model_provider", "provider"]),
+        // The output contract records `provider_class`.
+        provider: text(model, &["model_provider", "provider", "provider_class"]),
         model: text(model, &["model", "name"]),
         revision: text(model, &["model_revision", "revision"]),
         valid: d.get("valid").and_then(Value::as_bool),

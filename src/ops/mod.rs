@@ -6,6 +6,8 @@ pub mod labels;
 pub mod metrics;
 pub mod record;
 mod scrape;
+// The operator console (issue 7) reads the duplicate counters back.
+mod snapshot;
 
 pub use metrics::{Metrics, MetricsConfig};
 pub use record::{GateDecision, ValidationFailure};

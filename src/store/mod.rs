@@ -45,6 +45,10 @@ mod replay_ops;
 
 pub use ops_sql::OpenDeadLetters;
 
+// Operator console (issue 7, branch console): run search and dashboard reads.
+pub mod console;
+pub mod console_sql;
+
 pub mod approval;
 mod approval_ops;
 mod approval_row;
@@ -113,9 +117,12 @@ pub struct StoredToken {
 
 /// Everything the service keeps. Both backends implement every call with
 /// the same observable behaviour. Each part's calls beyond the ledger and
-/// outbox live in a supertrait of their own ([`approval::ApprovalStore`]).
+/// outbox live in a supertrait of their own ([`approval::ApprovalStore`],
+/// [`console::ConsoleStore`]).
 #[async_trait]
-pub trait Store: approval::ApprovalStore + Send + Sync + std::fmt::Debug + 'static {
+pub trait Store:
+    approval::ApprovalStore + console::ConsoleStore + Send + Sync + std::fmt::Debug + 'static
+{
     /// `"sqlite"` or `"postgres"`.
     fn backend(&self) -> &'static str;
 

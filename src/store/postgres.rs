@@ -45,6 +45,8 @@ mod ops {
     crate::replace_ops!(sqlx::Postgres);
     crate::audit_ops!(sqlx::Postgres);
     crate::approval_ops!(sqlx::Postgres);
+    // Operator console (issue 7, branch console).
+    crate::console_ops!(sqlx::Postgres, crate::store::sql::Dialect::Postgres);
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
@@ -454,3 +456,5 @@ impl Store for PgStore {
 }
 
 crate::impl_approval_store!(PgStore);
+// Operator console (issue 7, branch console).
+crate::impl_console_store!(PgStore);

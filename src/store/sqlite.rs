@@ -51,6 +51,8 @@ mod ops {
     crate::replace_ops!(sqlx::Sqlite);
     crate::audit_ops!(sqlx::Sqlite);
     crate::approval_ops!(sqlx::Sqlite);
+    // Operator console (issue 7, branch console).
+    crate::console_ops!(sqlx::Sqlite, crate::store::sql::Dialect::Sqlite);
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
@@ -512,3 +514,5 @@ impl Store for SqliteStore {
 }
 
 crate::impl_approval_store!(SqliteStore);
+// Operator console (issue 7, branch console).
+crate::impl_console_store!(SqliteStore);

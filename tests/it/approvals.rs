@@ -254,6 +254,14 @@ impl Browser {
         (resp.status().as_u16(), resp.text().await.unwrap())
     }
 
+    /// GETs and returns the whole response (headers too).
+    pub(crate) async fn request_get(&self, path: &str) -> reqwest::Response {
+        self.request(reqwest::Method::GET, path)
+            .send()
+            .await
+            .unwrap()
+    }
+
     pub(crate) async fn get(&self, path: &str) -> (u16, String) {
         let resp = self
             .request(reqwest::Method::GET, path)

@@ -32,6 +32,12 @@ mod process;
 mod redaction; // issue 6: audit
 mod retention; // issue 6: audit
 mod target;
+// The operator console (issue 7, branch console).
+mod browser;
+mod console;
+mod console_browser;
+mod console_screenshots;
+mod console_search;
 // ops: metrics and logs
 mod logs;
 mod metrics;

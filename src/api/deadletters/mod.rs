@@ -20,7 +20,8 @@ use crate::ledger::{IdempotencyKey, Namespace};
 pub(super) mod actions;
 pub(super) mod fail;
 pub(super) mod jobs;
-pub(super) mod plan;
+// The console (issue 7) reuses the selection and the dry run.
+pub(crate) mod plan;
 mod view;
 
 pub use view::DeadLetterView;

@@ -93,7 +93,7 @@ fn check_id(id: &str) -> Result<()> {
 }
 
 /// Freezes a selection into ids.
-pub(super) async fn freeze(app: &AppState, selection: &Selection) -> Result<Vec<String>> {
+pub(crate) async fn freeze(app: &AppState, selection: &Selection) -> Result<Vec<String>> {
     let max = app.config.dead_letters.max_job_items;
     let ids = match (&selection.ids, &selection.filter) {
         (Some(ids), None) => {
@@ -154,7 +154,7 @@ pub(super) async fn freeze(app: &AppState, selection: &Selection) -> Result<Vec<
 }
 
 /// The dry-run summary of frozen ids.
-pub(super) async fn plan(app: &AppState, ids: &[String]) -> Result<Summary> {
+pub(crate) async fn plan(app: &AppState, ids: &[String]) -> Result<Summary> {
     let mut s = Summary {
         total: ids.len(),
         ..Summary::default()

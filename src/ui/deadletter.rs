@@ -1,0 +1,255 @@
+//! `GET /ui/dead-letters/{id}`: one dead letter with its evidence and what
+//! to do next; `POST …/replay` and `POST …/resolve` (CSRF, a reason or a
+//! note required), each answered by a `303` back to the record with what
+//! happened. The commands are the API's: the same store transaction, the
+//! signed-in subject as the actor in the audit log.
+
+use axum::extract::{Path, Query, State};
+use axum::response::Response;
+use axum::Form;
+use maud::{html, Markup};
+use serde::Deserialize;
+
+use super::error::{Result, UiError};
+use super::frame::{at, badge, json_block, or_dash, run_link, Nav};
+use super::session::Operator;
+use super::{purpose, text_field};
+use crate::api::AppState;
+use crate::clock::Millis;
+use crate::deadletter::replay::{replay_one, ReplayContext, ReplayError};
+use crate::deadletter::{ActionOutcome, DeadLetter, ReplayCommand, Resolution, ResolveCommand};
+use crate::ledger::RunState;
+
+/// What the last command did (shown once after the redirect).
+#[derive(Debug, Deserialize)]
+pub struct Done {
+    /// `replayed`, `gated` or `resolved`.
+    pub done: Option<String>,
+    /// Effects re-queued.
+    pub effects: Option<u64>,
+}
+
+/// The record's page.
+///
+/// # Errors
+/// No such record, or a store failure.
+pub async fn show(
+    State(app): State<AppState>,
+    viewer: Operator,
+    Path(id): Path<String>,
+    Query(done): Query<Done>,
+) -> Result<Response> {
+    let dl = find(&app, &id).await?;
+    let now = app.clock.now_ms();
+    let body = html! {
+        h1 { "Dead letter " code { (dl.id) } }
+        (flash(&done))
+        p { (badge(dl.class.as_str())) " "
+            @if dl.is_open() { (badge("open")) } @else { (badge("resolved")) }
+            " Run " (run_link(&dl.namespace, &dl.key)) " · "
+            a href={ "/ui/run?namespace=" (crate::approval::pages::urlencode(&dl.namespace)) "&key=" (crate::approval::pages::urlencode(&dl.key)) "#timeline" } { "its timeline, effects and attempts" } }
+        @if dl.is_open() {
+            p.card { strong { "Next: " } (dl.next_action.as_deref().unwrap_or(dl.class.next_action())) }
+            (commands(&viewer, &dl))
+        } @else {
+            (resolution(&dl, now))
+        }
+        h2 { "Evidence" }
+        (evidence(&dl, now))
+    };
+    Ok(viewer.page(&format!("Dead letter {}", dl.id), Nav::DeadLetters, body))
+}
+
+async fn find(app: &AppState, id: &str) -> Result<DeadLetter> {
+    if id.len() > 64 {
+        return Err(UiError::NotFound("no such dead letter".into()));
+    }
+    app.store
+        .dead_letter(id)
+        .await?
+        .ok_or_else(|| UiError::NotFound(format!("no dead letter {id}")))
+}
+
+fn flash(done: &Done) -> Markup {
+    html! {
+        @match done.done.as_deref() {
+            Some("replayed") => p.flash.ok role="status" { "Replayed. " (done.effects.unwrap_or(0))
+                " effect(s) are back in the outbox under their original idempotency keys; the dispatcher sends each once. (None: the run went back to failed_retryable for the workflow to re-run.)" },
+            Some("gated") => p.flash.ok role="status" { "Replayed through the gate: the run waits for a new approval. "
+                a href="/ui/approvals" { "Approvals inbox" } },
+            Some("resolved") => p.flash.ok role="status" { "Resolved. The run is closed as failed_terminal; nothing will be sent." },
+            _ => {}
+        }
+    }
+}
+
+fn commands(viewer: &Operator, dl: &DeadLetter) -> Markup {
+    let replayable = dl.class.stops_run() && dl.current_state == Some(RunState::DeadLettered);
+    html! {
+        div.charts {
+            @if replayable {
+                form.card.stack method="post" action={ "/ui/dead-letters/" (dl.id) "/replay" } aria-labelledby="replay-h" {
+                    h2 #replay-h { "Replay" }
+                    p.note { "Sends the same effects again under the same idempotency keys (a gated operation asks for a new approval first). Recorded with your name and reason." }
+                    input type="hidden" name="csrf" value=(viewer.csrf(&purpose("replay", &dl.id)));
+                    label for="replay-reason" { "Reason (required)" }
+                    textarea #replay-reason name="reason" required maxlength="2000" {}
+                    button.good type="submit" { "Replay" }
+                }
+            }
+            form.card.stack method="post" action={ "/ui/dead-letters/" (dl.id) "/resolve" } aria-labelledby="resolve-h" {
+                h2 #resolve-h { "Resolve" }
+                p.note { "Closes it for good: the run ends failed_terminal and nothing more is sent." }
+                input type="hidden" name="csrf" value=(viewer.csrf(&purpose("resolve", &dl.id)));
+                fieldset {
+                    legend { "Resolution" }
+                    label { input type="radio" name="resolution" value="reject" checked; " reject (nothing more is done)" }
+                    label { input type="radio" name="resolution" value="compensated"; " compensated (handled by hand)" }
+                }
+                label for="resolve-note" { "Note (required)" }
+                textarea #resolve-note name="note" required maxlength="2000" {}
+                button.danger type="submit" { "Resolve" }
+            }
+        }
+    }
+}
+
+fn resolution(dl: &DeadLetter, now: Millis) -> Markup {
+    html! {
+        p.card {
+            "Resolved as " strong { (dl.resolution.map(|r| r.as_str()).unwrap_or("?")) }
+            @if let Some(by) = &dl.resolved_by { " by " strong { (by) } }
+            @if let Some(t) = dl.resolved_at { " at " (at(t, now)) }
+            @if let Some(note) = &dl.resolution_note { ": " (note) }
+            @if let Some((ns, key)) = &dl.replaced_by { ". Replaced by " (run_link(ns, key)) }
+        }
+    }
+}
+
+fn evidence(dl: &DeadLetter, now: Millis) -> Markup {
+    let row = |name: &str, value: Markup| html! { tr { th scope="row" { (name) } td { (value) } } };
+    let text = |v: &Option<String>| or_dash(v.as_deref());
+    html! {
+        div.scroll { table.kv {
+            (row("Recorded", at(dl.created_at, now)))
+            (row("Component", html! { (dl.component) }))
+            (row("Error", text(&dl.error)))
+            (row("Operation", text(&dl.operation)))
+            (row("Run state at record → now", html! { (dl.run_state.as_deref().unwrap_or("?")) " → "
+                @match dl.current_state { Some(s) => (badge(s.as_str())), None => "gone" } }))
+            (row("Event id", text(&dl.event_id)))
+            (row("Correlation id", text(&dl.correlation_id)))
+            (row("Workflow / schema version", html! { (dl.workflow_version.as_deref().unwrap_or("—")) " / " (dl.schema_version.as_deref().unwrap_or("—")) }))
+            (row("Payload", html! { (dl.payload_ref.as_deref().unwrap_or("—")) " " code { (dl.payload_hash.as_deref().unwrap_or("")) } }))
+            (row("Stored delivery", text(&dl.raw_event_id)))
+            (row("Owner", text(&dl.owner)))
+            (row("Replays so far", html! { (dl.replay_count) }))
+            (row("Previous record", html! { @if let Some(p) = &dl.previous_id { a href={ "/ui/dead-letters/" (p) } { (p) } } @else { "—" } }))
+            (row("Kept until", html! { @if let Some(t) = dl.retain_until { (at(t, now)) } @else { "—" } }))
+        } }
+        h3 { "Attempt history" }
+        (json_block(&dl.attempts))
+        @if let Some(e) = &dl.last_evidence { h3 { "Last target evidence" } (json_block(e)) }
+        h3 { "Detail" }
+        (json_block(&dl.detail))
+    }
+}
+
+/// The replay form.
+#[derive(Debug, Deserialize)]
+pub struct ReplayForm {
+    csrf: Option<String>,
+    reason: Option<String>,
+}
+
+/// Replays the record; `303` back to it.
+///
+/// # Errors
+/// Bad CSRF, no reason, a refusal, or a store failure: nothing changed.
+pub async fn replay(
+    State(app): State<AppState>,
+    viewer: Operator,
+    Path(id): Path<String>,
+    Form(form): Form<ReplayForm>,
+) -> Result<Response> {
+    viewer.check_csrf(&purpose("replay", &id), form.csrf.as_deref())?;
+    let reason = text_field("reason", form.reason, 2_000)?.ok_or_else(|| {
+        UiError::Invalid("a reason is required: say why it is safe to replay".into())
+    })?;
+    let ctx = ReplayContext {
+        store: app.store.clone(),
+        config: app.config.clone(),
+        wake: app.wake.clone(),
+    };
+    let cmd = ReplayCommand {
+        id: id.clone(),
+        actor: viewer.subject().to_owned(),
+        reason,
+        retain_ms: app.config.dead_letters.retain_ms(),
+        job_item: None,
+        challenge: None,
+    };
+    let outcome = replay_one(&ctx, cmd).await.map_err(|e| match e {
+        ReplayError::Store(e) => UiError::Store(e),
+        other => UiError::Refused(format!("{other}; nothing was changed")),
+    })?;
+    let (run_state, effects) = done(outcome)?;
+    tracing::info!(dead_letter = %id, actor = viewer.subject(), effects, "dead letter replayed from the console");
+    let code = if run_state == Some(RunState::AwaitingHuman) {
+        "gated"
+    } else {
+        "replayed"
+    };
+    Ok(viewer.see_other(&format!(
+        "/ui/dead-letters/{id}?done={code}&effects={effects}"
+    )))
+}
+
+fn done(outcome: ActionOutcome) -> Result<(Option<RunState>, u64)> {
+    match outcome {
+        ActionOutcome::Done { run, effects, .. } => Ok((run.map(|r| r.state), effects)),
+        ActionOutcome::Refused(r) => Err(UiError::Refused(format!(
+            "{}; nothing was changed",
+            r.describe()
+        ))),
+    }
+}
+
+/// The resolve form.
+#[derive(Debug, Deserialize)]
+pub struct ResolveForm {
+    csrf: Option<String>,
+    resolution: Option<String>,
+    note: Option<String>,
+}
+
+/// Resolves the record; `303` back to it.
+///
+/// # Errors
+/// Bad CSRF, a bad resolution, no note, a refusal, or a store failure:
+/// nothing changed.
+pub async fn resolve(
+    State(app): State<AppState>,
+    viewer: Operator,
+    Path(id): Path<String>,
+    Form(form): Form<ResolveForm>,
+) -> Result<Response> {
+    viewer.check_csrf(&purpose("resolve", &id), form.csrf.as_deref())?;
+    let resolution = match form.resolution.as_deref() {
+        Some("reject") => Resolution::Reject,
+        Some("compensated") => Resolution::Compensated,
+        _ => return Err(UiError::Invalid("choose reject or compensated".into())),
+    };
+    let note = text_field("note", form.note, 2_000)?
+        .ok_or_else(|| UiError::Invalid("a note is required: say why".into()))?;
+    let cmd = ResolveCommand {
+        id: id.clone(),
+        resolution,
+        actor: viewer.subject().to_owned(),
+        note,
+        retain_ms: app.config.dead_letters.retain_ms(),
+    };
+    done(app.store.resolve_dead_letter(&cmd).await?)?;
+    tracing::info!(dead_letter = %id, actor = viewer.subject(), "dead letter resolved from the console");
+    Ok(viewer.see_other(&format!("/ui/dead-letters/{id}?done=resolved")))
+}

@@ -1,0 +1,201 @@
+//! `GET /ui/dead-letters`: where automatic work stopped. Filters (class,
+//! namespace, the run's state now, resolved, age), keyset pages of 50,
+//! oldest first; tick records (or take every open one matching the
+//! filters) for a bulk replay, which shows its dry run first.
+
+use axum::extract::{Query, State};
+use axum::response::Response;
+use maud::{html, Markup};
+use serde::Deserialize;
+
+use super::error::{Result, UiError};
+use super::frame::{at, badge, or_dash, run_link, Nav};
+use super::session::Operator;
+use crate::api::deadletters::ListQuery;
+use crate::api::AppState;
+use crate::clock::Millis;
+use crate::deadletter::{Cursor, DeadLetter, DeadLetterClass};
+use crate::ledger::RunState;
+
+/// Records per page.
+const PAGE: i64 = 50;
+
+/// The filter form, as query parameters (empty means no filter).
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct DeadLettersQuery {
+    /// Class.
+    pub class: Option<String>,
+    /// Namespace.
+    pub namespace: Option<String>,
+    /// The run's state now.
+    pub state: Option<String>,
+    /// `false` (open, default), `true`, `any`.
+    pub resolved: Option<String>,
+    /// At least this old (`90s`, `15m`, `2h`, `7d`).
+    pub older_than: Option<String>,
+    /// At most this old.
+    pub newer_than: Option<String>,
+    /// The previous page's last record.
+    pub cursor: Option<String>,
+}
+
+fn filled(v: &Option<String>) -> Option<String> {
+    v.as_deref()
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned)
+}
+
+impl DeadLettersQuery {
+    /// The API's list query (and so its validation) for these filters.
+    pub fn list_query(&self) -> ListQuery {
+        ListQuery {
+            class: filled(&self.class),
+            namespace: filled(&self.namespace),
+            state: filled(&self.state),
+            resolved: filled(&self.resolved),
+            older_than: filled(&self.older_than),
+            newer_than: filled(&self.newer_than),
+            cursor: filled(&self.cursor),
+            limit: Some(PAGE),
+        }
+    }
+
+    /// These filters as a query string (without the cursor).
+    pub fn filter_query(&self) -> String {
+        let mut q = url::form_urlencoded::Serializer::new(String::new());
+        for (name, value) in [
+            ("class", &self.class),
+            ("namespace", &self.namespace),
+            ("state", &self.state),
+            ("older_than", &self.older_than),
+            ("newer_than", &self.newer_than),
+        ] {
+            if let Some(v) = filled(value) {
+                q.append_pair(name, &v);
+            }
+        }
+        q.finish()
+    }
+}
+
+/// The list.
+///
+/// # Errors
+/// The store failed.
+pub async fn show(
+    State(app): State<AppState>,
+    viewer: Operator,
+    Query(q): Query<DeadLettersQuery>,
+) -> Result<Response> {
+    let now = app.clock.now_ms();
+    let (found, error) = match q.list_query().into_filter(now) {
+        Ok(filter) => (Some(app.store.dead_letters(&filter).await?), None),
+        Err(e) => (None, Some(UiError::from(e).to_string())),
+    };
+    let body = html! {
+        h1 { "Dead letters" }
+        p.note { "Where automatic work stopped and a person decides: replay (the same effects under the same idempotency keys, through the gate again when the operation is gated) or resolve." }
+        (filters(&q))
+        @if let Some(e) = error { p.flash.bad role="alert" { (e) } }
+        @if let Some(found) = found { (list(&q, &found, now)) }
+    };
+    Ok(viewer.page("Dead letters", Nav::DeadLetters, body))
+}
+
+fn filters(q: &DeadLettersQuery) -> Markup {
+    let v = |x: &Option<String>| x.clone().unwrap_or_default();
+    let resolved = q.resolved.as_deref().unwrap_or("false");
+    html! {
+        form.filters method="get" action="/ui/dead-letters" role="search" aria-label="Filter dead letters" {
+            div.field { label for="f-class" { "Class" }
+                select #f-class name="class" {
+                    option value="" { "any" }
+                    @for c in DeadLetterClass::ALL {
+                        option value=(c.as_str()) selected[q.class.as_deref() == Some(c.as_str())] { (c.as_str()) }
+                    }
+                } }
+            div.field { label for="f-ns" { "Namespace" }
+                input #f-ns type="text" name="namespace" value=(v(&q.namespace)); }
+            div.field { label for="f-state" { "Run state now" }
+                select #f-state name="state" {
+                    option value="" { "any" }
+                    @for s in RunState::ALL {
+                        option value=(s.as_str()) selected[q.state.as_deref() == Some(s.as_str())] { (s.as_str()) }
+                    }
+                } }
+            div.field { label for="f-resolved" { "Status" }
+                select #f-resolved name="resolved" {
+                    option value="false" selected[resolved == "false"] { "open" }
+                    option value="true" selected[resolved == "true"] { "resolved" }
+                    option value="any" selected[resolved == "any"] { "both" }
+                } }
+            div.field { label for="f-older" { "Older than (e.g. 2h)" }
+                input #f-older type="text" name="older_than" value=(v(&q.older_than)) placeholder="90s, 15m, 2h, 7d"; }
+            div.field { label for="f-newer" { "Newer than" }
+                input #f-newer type="text" name="newer_than" value=(v(&q.newer_than)) placeholder="7d"; }
+            div { button type="submit" { "Filter" } }
+        }
+    }
+}
+
+fn list(q: &DeadLettersQuery, found: &[DeadLetter], now: Millis) -> Markup {
+    let filter = q.filter_query();
+    html! {
+        @if found.is_empty() {
+            p.flash.ok role="status" { "No dead letter matches." }
+        } @else {
+            form method="get" action="/ui/replay" {
+                div.scroll { table {
+                    caption.muted { (found.len()) " on this page, oldest first" }
+                    thead { tr {
+                        th scope="col" { span.muted { "Pick" } } th scope="col" { "Recorded" } th scope="col" { "Class" }
+                        th scope="col" { "Run" } th scope="col" { "State now" } th scope="col" { "Error" }
+                        th.num scope="col" { "Replays" } th scope="col" { "Owner" } th scope="col" { "Record" }
+                    } }
+                    tbody { @for d in found { (row(d, now)) } }
+                } }
+                p.row {
+                    button type="submit" { "Dry run: replay the ticked ones" }
+                    @if !filter.is_empty() && q.resolved.as_deref().unwrap_or("false") == "false" {
+                        a.button.secondary href={ "/ui/replay?" (filter) } { "Dry run: replay every open one matching the filters" }
+                    }
+                }
+                p.note { "A dry run shows what would happen and changes nothing; the job starts only after you confirm it." }
+            }
+        }
+        @if found.len() as i64 == PAGE {
+            @if let Some(last) = found.last() {
+                @let cursor = Cursor { created_at: last.created_at, id: last.id.clone() }.encode();
+                p.pager { a.button.secondary rel="next" href={ "/ui/dead-letters?" (filter)
+                    @if !filter.is_empty() { "&" } "resolved=" (q.resolved.as_deref().unwrap_or("false")) "&cursor=" (cursor) } { "Next page" } }
+            }
+        }
+    }
+}
+
+fn row(d: &DeadLetter, now: Millis) -> Markup {
+    let check = format!("pick-{}", d.id);
+    let error = d.error.as_deref().map(|e| {
+        let mut cut: String = e.chars().take(140).collect();
+        if cut.len() < e.len() {
+            cut.push('…');
+        }
+        cut
+    });
+    html! {
+        tr {
+            td { @if d.is_open() {
+                input type="checkbox" name="ids" value=(d.id) id=(check) aria-label={ "Pick " (d.id) " for a bulk replay" };
+            } }
+            td { (at(d.created_at, now)) }
+            td { (badge(d.class.as_str())) }
+            td { (run_link(&d.namespace, &d.key)) @if let Some(op) = &d.operation { br; span.note { (op) } } }
+            td { @match d.current_state { Some(s) => (badge(s.as_str())), None => span.muted { "gone" } } }
+            td { (or_dash(error.as_deref())) }
+            td.num { (d.replay_count) }
+            td { (or_dash(d.owner.as_deref())) }
+            td { a href={ "/ui/dead-letters/" (d.id) } { @if d.is_open() { "Open" } @else { "Resolved: " (d.resolution.map(|r| r.as_str()).unwrap_or("")) } } }
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! The operator console at `/ui` (DESIGN.md §1 "api / ui", §7, §8).
+//!
+//! Server-rendered HTML (`maud`, which escapes every value), no script, no
+//! front-end build, nothing fetched from elsewhere: the stylesheet and the
+//! charts are inline and embedded in the binary, and every page carries the
+//! security headers of the approval pages
+//! ([`crate::approval::pages::respond`]). People sign in once at `/login`
+//! (the approval pages' session); every page needs the operator scope
+//! except the approvals inbox, which approvers open too.
+//!
+//! GET never changes anything. Every change is a POST from a form that
+//! carries a CSRF token bound to the session and to a purpose naming the
+//! action and its object ([`purpose`]), answered by a `303` back to a page
+//! (post, redirect, get). Commands call the same store and domain code as
+//! the JSON API, with the signed-in subject as the actor in the audit log.
+//!
+//! One page per file:
+//! - [`dashboard`]: the numbers an operator checks first, with charts.
+//! - [`runs`]: search runs by key, namespace, state or execution ref.
+//! - [`run`]: one key's four audit answers, timeline, effects, attempts.
+//! - [`approvals`]: pending challenges as cards, opening the decision page.
+//! - [`deadletters`] and [`deadletter`]: filters, evidence, resolve, replay.
+//! - [`replay`]: bulk replay: the dry-run summary, then the job.
+//! - [`jobs`]: replay jobs: progress, stop, resume.
+//! - [`actions`]: the kill switch, with a confirmation step.
+
+use axum::response::Redirect;
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::api::AppState;
+
+pub mod actions;
+pub mod approvals;
+pub mod charts;
+pub mod dashboard;
+pub mod deadletter;
+pub mod deadletters;
+pub mod error;
+pub mod frame;
+pub mod jobs;
+pub mod replay;
+pub mod run;
+pub mod runs;
+pub mod session;
+
+pub use error::UiError;
+pub use session::{Operator, Viewer};
+
+/// The console's routes (merged into the app by [`crate::api::router`]).
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/ui", get(dashboard::show))
+        .route("/ui/runs", get(runs::show))
+        .route("/ui/run", get(run::show))
+        .route("/ui/approvals", get(approvals::show))
+        .route("/ui/dead-letters", get(deadletters::show))
+        .route("/ui/dead-letters/{id}", get(deadletter::show))
+        .route("/ui/dead-letters/{id}/replay", post(deadletter::replay))
+        .route("/ui/dead-letters/{id}/resolve", post(deadletter::resolve))
+        .route("/ui/replay", get(replay::dry_run))
+        .route("/ui/replay-jobs", get(jobs::list).post(replay::create))
+        .route("/ui/replay-jobs/{id}", get(jobs::show))
+        .route("/ui/replay-jobs/{id}/stop", post(jobs::stop))
+        .route("/ui/replay-jobs/{id}/resume", post(jobs::resume))
+        .route("/ui/actions", get(actions::show).post(actions::change))
+        .route("/ui/actions/confirm", get(actions::confirm))
+        // The approval pages link their inbox here.
+        .route(
+            "/approvals",
+            get(|| async { Redirect::to("/ui/approvals") }),
+        )
+}
+
+/// The CSRF purpose of a console form: the action and its object, so a
+/// token for one form is refused by every other.
+pub fn purpose(action: &str, object: &str) -> String {
+    format!("ui:{action}:{object}")
+}
+
+/// A bounded, trimmed, optional form or query text.
+///
+/// # Errors
+/// [`UiError::Invalid`] naming `field` when it is longer than `max`.
+pub fn text_field(
+    field: &str,
+    value: Option<String>,
+    max: usize,
+) -> Result<Option<String>, UiError> {
+    let value = value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+    match value {
+        Some(v) if v.len() > max => Err(UiError::Invalid(format!(
+            "{field} is longer than {max} bytes"
+        ))),
+        other => Ok(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn purposes_name_action_and_object() {
+        assert_eq!(purpose("replay", "dl-1"), "ui:replay:dl-1");
+        assert_ne!(purpose("replay", "dl-1"), purpose("resolve", "dl-1"));
+    }
+
+    #[test]
+    fn text_fields_are_trimmed_and_bounded() {
+        assert_eq!(text_field("f", Some("  ".into()), 5).unwrap(), None);
+        assert_eq!(
+            text_field("f", Some(" ab ".into()), 5).unwrap(),
+            Some("ab".into())
+        );
+        assert!(text_field("f", Some("abcdef".into()), 5).is_err());
+    }
+}

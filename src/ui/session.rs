@@ -1,0 +1,162 @@
+//! Who is looking: the approval pages' session (cookie, or trusted single
+//! sign-on), required by every console page. Nobody signed in → `303` to
+//! `/login?next=<this page>`. The inbox takes approvers and operators
+//! (as `GET /v1/approvals` does); every other page takes operators
+//! ([`Operator`]). Forms carry a CSRF token bound to the session and to a
+//! purpose naming the action and its object, checked in constant time.
+
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::http::header::{LOCATION, SET_COOKIE};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use maud::Markup;
+
+use super::error::UiError;
+use super::frame::{page, Bar, Head, Nav};
+use crate::api::approve::{person, Person};
+use crate::api::AppState;
+use crate::approval::pages::{respond, urlencode};
+use crate::config::Scope;
+
+/// A signed-in person allowed into the console (approver or operator).
+#[derive(Debug, Clone)]
+pub struct Viewer {
+    person: Person,
+    /// A new session's cookie (single sign-on), to set with the answer.
+    cookie: Option<HeaderValue>,
+}
+
+impl Viewer {
+    /// The subject: the actor of every command done here.
+    pub fn subject(&self) -> &str {
+        &self.person.session.subject
+    }
+
+    /// Whether the session holds `scope` (admin holds every scope).
+    pub fn has(&self, scope: Scope) -> bool {
+        self.person.session.has(scope)
+    }
+
+    /// The CSRF token of a form about `purpose`.
+    pub fn csrf(&self, purpose: &str) -> String {
+        self.person.secret.csrf(purpose)
+    }
+
+    /// Checks a form's CSRF token for `purpose`.
+    ///
+    /// # Errors
+    /// [`UiError::BadCsrf`] when it is missing or not this session's.
+    pub fn check_csrf(&self, purpose: &str, presented: Option<&str>) -> Result<(), UiError> {
+        match presented {
+            Some(token) if self.person.secret.csrf_matches(purpose, token) => Ok(()),
+            _ => {
+                tracing::warn!(
+                    subject = self.subject(),
+                    "console form refused: bad CSRF token"
+                );
+                Err(UiError::BadCsrf)
+            }
+        }
+    }
+
+    /// A console page with the security headers of the approval pages.
+    pub fn page(&self, title: &str, active: Nav, body: Markup) -> Response {
+        self.page_with(title, active, &Head::default(), body)
+    }
+
+    /// [`Viewer::page`] with head extras (a refresh).
+    pub fn page_with(&self, title: &str, active: Nav, head: &Head, body: Markup) -> Response {
+        let bar = Bar {
+            subject: self.subject(),
+            operator: self.has(Scope::Operator),
+            logout_csrf: self.csrf("logout"),
+        };
+        let html = page(title, active, &bar, head, body);
+        self.with_cookie(respond(StatusCode::OK, html))
+    }
+
+    /// `303 See Other` to a local path (after a command: post, redirect, get).
+    pub fn see_other(&self, to: &str) -> Response {
+        self.with_cookie(see_other(to))
+    }
+
+    fn with_cookie(&self, mut response: Response) -> Response {
+        if let Some(cookie) = &self.cookie {
+            response.headers_mut().append(SET_COOKIE, cookie.clone());
+        }
+        response
+    }
+}
+
+fn see_other(to: &str) -> Response {
+    let mut response = StatusCode::SEE_OTHER.into_response();
+    if let Ok(value) = HeaderValue::from_str(to) {
+        response.headers_mut().insert(LOCATION, value);
+    }
+    response
+}
+
+impl FromRequestParts<AppState> for Viewer {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Response> {
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0);
+        let (found, cookie) = person(app, &parts.headers, peer)
+            .await
+            .map_err(|e| UiError::from(e).into_response())?;
+        let Some(person) = found else {
+            let here = parts
+                .uri
+                .path_and_query()
+                .map_or("/ui", |p| p.as_str())
+                .to_owned();
+            return Err(see_other(&format!("/login?next={}", urlencode(&here))));
+        };
+        let viewer = Self { person, cookie };
+        if viewer.has(Scope::Operator) || viewer.has(Scope::Approver) {
+            Ok(viewer)
+        } else {
+            Err(UiError::Forbidden(
+                "the console needs the operator scope (the approvals inbox: approver or operator)"
+                    .into(),
+            )
+            .into_response())
+        }
+    }
+}
+
+/// A signed-in person holding the operator scope.
+#[derive(Debug, Clone)]
+pub struct Operator(pub Viewer);
+
+impl std::ops::Deref for Operator {
+    type Target = Viewer;
+
+    fn deref(&self) -> &Viewer {
+        &self.0
+    }
+}
+
+impl FromRequestParts<AppState> for Operator {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Response> {
+        let viewer = Viewer::from_request_parts(parts, app).await?;
+        if viewer.has(Scope::Operator) {
+            Ok(Self(viewer))
+        } else {
+            Err(UiError::Forbidden(format!(
+                "{} is signed in without the operator scope: this page is for operators. The \
+                 approvals inbox is at /ui/approvals.",
+                viewer.subject()
+            ))
+            .into_response())
+        }
+    }
+}
