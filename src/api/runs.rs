@@ -44,6 +44,26 @@ pub struct RunRef {
     pub key: String,
 }
 
+impl RunRef {
+    /// The run identity of a look-up's query string; a malformed query or
+    /// identity is a 400 naming what is wrong.
+    ///
+    /// # Errors
+    /// [`ApiError::Invalid`].
+    pub(super) fn parse(
+        query: std::result::Result<Query<RunRef>, axum::extract::rejection::QueryRejection>,
+    ) -> Result<(Namespace, IdempotencyKey)> {
+        let Query(q) = query.map_err(|e| ApiError::Invalid {
+            field: None,
+            detail: e.body_text(),
+        })?;
+        Ok((
+            Namespace::parse(q.namespace)?,
+            IdempotencyKey::parse(q.key)?,
+        ))
+    }
+}
+
 /// Checks an optional free-text field: at most `max` bytes, no control characters.
 ///
 /// # Errors
@@ -385,12 +405,7 @@ pub(super) async fn get_run(
     State(app): State<AppState>,
     query: std::result::Result<Query<RunRef>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<RunView>> {
-    let Query(q) = query.map_err(|e| ApiError::Invalid {
-        field: None,
-        detail: e.body_text(),
-    })?;
-    let namespace = Namespace::parse(q.namespace)?;
-    let key = IdempotencyKey::parse(q.key)?;
+    let (namespace, key) = RunRef::parse(query)?;
     let run = app.store.get_run(&namespace, &key).await?.ok_or_else(|| {
         ApiError::NotFound(format!("no run with key {key} in namespace {namespace}"))
     })?;

@@ -37,12 +37,7 @@ pub(super) async fn timeline(
     State(app): State<AppState>,
     query: std::result::Result<Query<RunRef>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Timeline>> {
-    let Query(q) = query.map_err(|e| ApiError::Invalid {
-        field: None,
-        detail: e.body_text(),
-    })?;
-    let namespace = Namespace::parse(q.namespace)?;
-    let key = IdempotencyKey::parse(q.key)?;
+    let (namespace, key) = RunRef::parse(query)?;
     load(&app, &namespace, &key)
         .await?
         .map(Json)
