@@ -43,6 +43,9 @@ mod replay_ops;
 
 pub use ops_sql::OpenDeadLetters;
 
+// Chaos tests (issue 9): which database failures mean "try again later" (503).
+mod availability;
+
 pub mod approval;
 mod approval_ops;
 mod approval_row;

@@ -33,7 +33,11 @@ macro_rules! outbox_ops {
                 let types: Vec<&str> = effects.iter().map(|e| e.effect_type.as_str()).collect();
                 let detail = json!({ "effects": types, "has_result": result.is_some() });
                 let fields = MoveFields { result: result.map(Value::to_string), error: None, reason: None };
-                owner_move(cx, call, kind, fields, detail, effects).await
+                let moved = owner_move(cx, call, kind, fields, detail, effects).await?;
+                if !effects.is_empty() {
+                    $crate::chaos::point("after_effect_insert");
+                }
+                Ok(moved)
             }
 
             /// Leases up to `limit` due effects for `owner`.
@@ -89,7 +93,7 @@ macro_rules! outbox_ops {
                 for decision in decisions {
                     recorded.push(record_one(&mut tx, cx, decision).await?);
                 }
-                tx.commit().await?;
+                super::commit_write(tx).await?;
                 Ok(recorded)
             }
 
@@ -141,6 +145,11 @@ macro_rules! outbox_ops {
                         .bind(evidence.to_string())
                         .execute(&mut **tx)
                         .await?;
+                }
+                if matches!(verdict, Verdict::Completed { .. }) {
+                    // The effect is recorded, its run not yet moved: both
+                    // are in this transaction, so a crash here undoes both.
+                    $crate::chaos::point("after_record_before_completion");
                 }
                 let ended = settle_run(tx, cx, &effect, verdict, &leased.owner).await?;
                 Ok(Recorded::Written { ended: ended.map(Box::new) })

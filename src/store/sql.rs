@@ -435,11 +435,22 @@ macro_rules! ledger_ops {
             }
         }
 
+        /// Commits a write transaction. On SQLite this is the commit that
+        /// makes a batch of writes durable (crash point `group_commit`).
+        pub(crate) async fn commit_write(tx: Transaction<'static, $db>) -> Result<()> {
+            if <$db as sqlx::Database>::NAME == "SQLite" {
+                $crate::chaos::point("group_commit");
+            }
+            tx.commit().await?;
+            Ok(())
+        }
+
         pub(crate) async fn claim(cx: &Cx<'_>, req: &ClaimRequest) -> Result<ClaimOutcome> {
             let mut tx = cx.write.begin().await?;
             let attempt = try_claim(&mut tx, cx, req).await?;
             if matches!(attempt, Attempt::Won { .. }) {
-                tx.commit().await?;
+                commit_write(tx).await?;
+                $crate::chaos::point("after_claim");
             } else {
                 tx.rollback().await?;
             }
@@ -460,6 +471,8 @@ macro_rules! ledger_ops {
                 tx.rollback().await?;
                 return lost_answer(cx, req, attempt).await;
             };
+            // Inside the accept transaction: a crash here rolls the claim back.
+            $crate::chaos::point("after_claim");
             let reclaimed_from = run.prev_state;
             let row = sqlx::query_as::<_, RunRow>(&cx.st.finish[&Move::Approve])
                 .bind(cx.now)
@@ -478,7 +491,8 @@ macro_rules! ledger_ops {
             record(&mut tx, cx.st, &row, &approved, Move::Approve, &req.claimed_by, detail).await?;
             insert_effect(&mut tx, cx, &approved, forward).await?;
             insert_raw_event(&mut tx, cx.st, event).await?;
-            tx.commit().await?;
+            commit_write(tx).await?;
+            $crate::chaos::point("after_effect_insert");
             Ok(ClaimOutcome::Claimed { run: approved, lease, reclaimed_from })
         }
 
@@ -595,7 +609,7 @@ macro_rules! ledger_ops {
             for effect in effects {
                 insert_effect(&mut tx, cx, &run, effect).await?;
             }
-            tx.commit().await?;
+            commit_write(tx).await?;
             let lease = run.lease;
             Ok(Moved { run, lease })
         }
