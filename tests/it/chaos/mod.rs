@@ -7,14 +7,15 @@
 //! (CI: 200; `--full`: 1000). `ONCEGATE_CHAOS_REPORT=FILE` appends each
 //! run's counts to FILE as one JSON line.
 
-mod approval;
 mod cluster;
 mod db;
 mod driver;
+mod people;
 mod pg_restart;
 mod points;
 mod supervisor;
 mod verdict;
+mod workflow;
 
 use std::io::Write;
 

@@ -161,13 +161,12 @@ async fn chaos_run(backend: Backend, point: &'static str) {
 }
 
 macro_rules! chaos_points {
-    ($($name:ident: $point:literal on [$($backend:ident),+];)+) => {
+    ($($name:ident: $point:literal on [$($test:ident => $backend:ident),+];)+) => {
         $(
             mod $name {
                 $(
-                    #[allow(non_snake_case)]
                     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                    async fn $backend() {
+                    async fn $test() {
                         super::chaos_run(crate::harness::Backend::$backend, $point).await
                     }
                 )+
@@ -177,10 +176,10 @@ macro_rules! chaos_points {
 }
 
 chaos_points! {
-    after_claim: "after_claim" on [Sqlite, Postgres];
-    after_effect_insert: "after_effect_insert" on [Sqlite, Postgres];
-    after_send_before_record: "after_send_before_record" on [Sqlite, Postgres];
-    after_record_before_completion: "after_record_before_completion" on [Sqlite, Postgres];
+    after_claim: "after_claim" on [sqlite => Sqlite, postgres => Postgres];
+    after_effect_insert: "after_effect_insert" on [sqlite => Sqlite, postgres => Postgres];
+    after_send_before_record: "after_send_before_record" on [sqlite => Sqlite, postgres => Postgres];
+    after_record_before_completion: "after_record_before_completion" on [sqlite => Sqlite, postgres => Postgres];
     // The point sits in SQLite's commit path only (PostgreSQL has no group commit).
-    group_commit: "group_commit" on [Sqlite];
+    group_commit: "group_commit" on [sqlite => Sqlite];
 }
