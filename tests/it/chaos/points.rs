@@ -51,7 +51,7 @@ pub fn ingress_config(honours: &MockTarget, ignores: &MockTarget) -> String {
 /// Hits of `point` per event, roughly: how often one event reaches it.
 fn hits_per_event(point: &str) -> f64 {
     match point {
-        "after_send_before_record" => 0.25,
+        "after_send_before_record" => 0.1,
         "group_commit" => 1.25,
         _ => 1.0,
     }
