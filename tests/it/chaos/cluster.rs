@@ -86,9 +86,8 @@ impl Cluster {
         self.dir.path()
     }
 
-    /// Runs one of the cluster's binaries (as `postgres` when root); panics
-    /// with its output when it fails.
-    fn run(&self, program: &str, args: &[&str]) {
+    /// A command for one of the cluster's binaries (as `postgres` when root).
+    fn command(&self, program: &str) -> Command {
         let exe = self.bin.join(program);
         let mut cmd = match &self.owner {
             Some(user) => {
@@ -98,7 +97,13 @@ impl Cluster {
             }
             None => Command::new(&exe),
         };
-        let out = cmd.args(args).current_dir(self.path()).output().unwrap();
+        cmd.current_dir(self.path());
+        cmd
+    }
+
+    /// Runs one of the cluster's binaries; panics with its output when it fails.
+    fn run(&self, program: &str, args: &[&str]) {
+        let out = self.command(program).args(args).output().unwrap();
         assert!(
             out.status.success(),
             "{program} {args:?}: {}{}",
@@ -149,16 +154,10 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let exe = self.bin.join("pg_ctl");
         let data = self.data();
-        let args = ["-D", data.as_str(), "-m", "immediate", "-w", "stop"];
-        let _ = match &self.owner {
-            Some(user) => Command::new("runuser")
-                .args(["-u", &user.name, "--"])
-                .arg(&exe)
-                .args(args)
-                .output(),
-            None => Command::new(&exe).args(args).output(),
-        };
+        let _ = self
+            .command("pg_ctl")
+            .args(["-D", &data, "-m", "immediate", "-w", "stop"])
+            .output();
     }
 }

@@ -3,13 +3,15 @@
 //! redeliveries (sequential and concurrent) of events already sent.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
+use super::supervisor::Supervisor;
+use super::verdict::{Item, Mode};
 use crate::ingress::{stripe_event, stripe_signature, SECRET};
 
 /// One business event of one source.
@@ -147,5 +149,51 @@ impl Provider {
                 event.acked = true;
             }
         }
+    }
+
+    /// Delivers until every event is acknowledged, restarting whatever dies.
+    pub async fn deliver_all(
+        &mut self,
+        sup: &mut Supervisor,
+        rng: &mut ChaCha8Rng,
+        limit: Duration,
+    ) {
+        let deadline = Instant::now() + limit;
+        while !self.all_acked() {
+            assert!(
+                Instant::now() < deadline,
+                "events still unacknowledged after {limit:?}"
+            );
+            let base = sup.base().await;
+            self.round(&base, rng).await;
+            sup.reap().await;
+        }
+    }
+
+    /// Asserts the provider got no answer but `allowed` statuses (0: none).
+    pub fn assert_answers(&self, allowed: &[u16]) {
+        let statuses = &self.tally.statuses;
+        assert!(
+            statuses.keys().all(|s| allowed.contains(s)),
+            "answers outside {allowed:?}: {statuses:?}"
+        );
+    }
+
+    /// The events as items to check: source `hon` honours keys, `ign` not.
+    pub fn items(&self) -> Vec<Item> {
+        self.events
+            .iter()
+            .map(|e| Item {
+                namespace: e.source.into(),
+                run_key: e.id.clone(),
+                key: e.key(),
+                mode: if e.source == "hon" {
+                    Mode::Honours
+                } else {
+                    Mode::Ignores
+                },
+                acked: e.acked,
+            })
+            .collect()
     }
 }

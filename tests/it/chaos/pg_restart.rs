@@ -14,7 +14,7 @@ use super::cluster::Cluster;
 use super::driver::Provider;
 use super::points::{ingress_config, SOURCES};
 use super::supervisor::{Crash, CrashPlan, Supervisor};
-use super::verdict::{check, Item, Mode};
+use super::verdict::{check, Mode};
 use super::{db, events, report};
 use crate::process::write_config_with;
 use crate::target::MockTarget;
@@ -24,9 +24,8 @@ const OUTAGE: Duration = Duration::from_millis(1500);
 /// Outages per run.
 const OUTAGES: usize = 2;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_crash_and_restart_mid_load_loses_nothing() {
-    let started = Instant::now();
+/// A private cluster with an empty `oncegate` database.
+async fn private_database() -> (Arc<Cluster>, String) {
     let cluster = Arc::new(tokio::task::spawn_blocking(Cluster::start).await.unwrap());
     let mut admin = sqlx::PgConnection::connect(&cluster.url("postgres"))
         .await
@@ -37,6 +36,44 @@ async fn postgres_crash_and_restart_mid_load_loses_nothing() {
         .unwrap();
     admin.close().await.unwrap();
     let url = cluster.url("oncegate");
+    (cluster, url)
+}
+
+/// Delivers every event, crashing PostgreSQL at each third of the load;
+/// returns what each outage caught in flight.
+async fn load_with_outages(
+    cluster: &Arc<Cluster>,
+    provider: &mut Provider,
+    sup: &mut Supervisor,
+    url: &str,
+) -> Vec<Crash> {
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let total = provider.events.len();
+    let mut outages: Vec<Crash> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !provider.all_acked() {
+        assert!(
+            Instant::now() < deadline,
+            "events still unacknowledged after 300 s"
+        );
+        let acked = provider.events.iter().filter(|e| e.acked).count();
+        if outages.len() < OUTAGES && acked * (OUTAGES + 1) >= total * (outages.len() + 1) {
+            outages.push(outage(cluster, provider, sup, url, &mut rng).await);
+        }
+        let base = sup.base().await;
+        provider.round(&base, &mut rng).await;
+        assert!(
+            !sup.reap().await,
+            "oncegate died while PostgreSQL restarted"
+        );
+    }
+    outages
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_crash_and_restart_mid_load_loses_nothing() {
+    let started = Instant::now();
+    let (cluster, url) = private_database().await;
     let (honours, ignores) = (MockTarget::start().await, MockTarget::start().await);
     honours.honour_keys("idempotency-key", true);
     let dir = tempfile::tempdir().unwrap();
@@ -50,63 +87,16 @@ async fn postgres_crash_and_restart_mid_load_loses_nothing() {
     let mut sup = Supervisor::new(&config, dir.path(), &url, plan);
     let per_source = events();
     let mut provider = Provider::new(&SOURCES, per_source);
-    let mut rng = ChaCha8Rng::seed_from_u64(7);
-    let total = provider.events.len();
-
-    let mut outages: Vec<Crash> = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while !provider.all_acked() {
-        assert!(
-            Instant::now() < deadline,
-            "events still unacknowledged after 300 s"
-        );
-        let acked = provider.events.iter().filter(|e| e.acked).count();
-        if outages.len() < OUTAGES && acked * (OUTAGES + 1) >= total * (outages.len() + 1) {
-            outages.push(outage(&cluster, &mut provider, &mut sup, &url, &mut rng).await);
-        }
-        let base = sup.base().await;
-        provider.round(&base, &mut rng).await;
-        assert!(
-            !sup.reap().await,
-            "oncegate died while PostgreSQL restarted"
-        );
-    }
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !db::settled(&url).await {
-        if Instant::now() >= deadline {
-            panic!(
-                "the outbox did not drain in 120 s after PostgreSQL came back:\n{}",
-                db::unsettled(&url).await
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let outages = load_with_outages(&cluster, &mut provider, &mut sup, &url).await;
+    sup.settle(Duration::from_secs(120)).await;
     let base = sup.base().await;
     let ready = reqwest::get(format!("{base}/readyz")).await.unwrap();
     assert_eq!(ready.status(), 200, "ready again without an operator");
     sup.stop().await;
     assert_eq!(sup.generations, 1, "the same process served throughout");
-
+    provider.assert_answers(&[200, 503]);
+    let items = provider.items();
     let statuses = &provider.tally.statuses;
-    assert!(
-        statuses.keys().all(|s| matches!(s, 200 | 503)),
-        "only 2xx and 503: {statuses:?}"
-    );
-    let items: Vec<Item> = provider
-        .events
-        .iter()
-        .map(|e| Item {
-            namespace: e.source.into(),
-            run_key: e.id.clone(),
-            key: e.key(),
-            mode: if e.source == "hon" {
-                Mode::Honours
-            } else {
-                Mode::Ignores
-            },
-            acked: e.acked,
-        })
-        .collect();
     let honoured = check(&url, &items, Mode::Honours, &honours, &outages).await;
     let ignored = check(&url, &items, Mode::Ignores, &ignores, &outages).await;
     report(&json!({

@@ -11,8 +11,8 @@ use serde_json::json;
 
 use super::driver::Provider;
 use super::supervisor::{CrashPlan, Supervisor};
-use super::verdict::{check, Item, Mode};
-use super::{db, events, report};
+use super::verdict::{check, Mode};
+use super::{events, report};
 use crate::harness::{Backend, TestDb};
 use crate::ingress::SECRET;
 use crate::process::write_config_with;
@@ -85,63 +85,18 @@ async fn chaos_run(backend: Backend, point: &'static str) {
     let mut provider = Provider::new(&SOURCES, per_source);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
 
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while !provider.all_acked() {
-        assert!(
-            Instant::now() < deadline,
-            "{point}: events still unacknowledged after 300 s"
-        );
-        let base = sup.base().await;
-        provider.round(&base, &mut rng).await;
-        sup.reap().await;
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        sup.base().await;
-        if db::settled(&db.url).await {
-            break;
-        }
-        if Instant::now() >= deadline {
-            panic!(
-                "{point}: the outbox did not drain in 30 s:\n{}",
-                db::unsettled(&db.url).await
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        sup.reap().await;
-    }
+    provider
+        .deliver_all(&mut sup, &mut rng, Duration::from_secs(300))
+        .await;
+    sup.settle(Duration::from_secs(60)).await;
     sup.stop().await;
 
     assert!(
         !sup.crashes.is_empty(),
         "{point}: no generation ever reached the crash point"
     );
-    let answered: Vec<_> = provider
-        .tally
-        .statuses
-        .keys()
-        .filter(|s| !matches!(s, 0 | 200))
-        .collect();
-    assert!(
-        answered.is_empty(),
-        "{point}: unexpected answers {:?}",
-        provider.tally.statuses
-    );
-    let items: Vec<Item> = provider
-        .events
-        .iter()
-        .map(|e| Item {
-            namespace: e.source.into(),
-            run_key: e.id.clone(),
-            key: e.key(),
-            mode: if e.source == "hon" {
-                Mode::Honours
-            } else {
-                Mode::Ignores
-            },
-            acked: e.acked,
-        })
-        .collect();
+    provider.assert_answers(&[0, 200]);
+    let items = provider.items();
     let honoured = check(&db.url, &items, Mode::Honours, &honours, &sup.crashes).await;
     let ignored = check(&db.url, &items, Mode::Ignores, &ignores, &sup.crashes).await;
     report(&json!({

@@ -108,6 +108,26 @@ impl Supervisor {
         }
     }
 
+    /// Waits until no effect is pending or sending and no run is open,
+    /// restarting any generation that dies meanwhile.
+    pub async fn settle(&mut self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            self.base().await;
+            if db::settled(&self.db_url).await {
+                return;
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "the outbox did not drain in {limit:?}:\n{}",
+                    db::unsettled(&self.db_url).await
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            self.reap().await;
+        }
+    }
+
     /// Stops the running generation with SIGTERM; it must exit cleanly.
     pub async fn stop(&mut self) {
         if self.reap().await {

@@ -68,52 +68,49 @@ async fn dead_letters(url: &str) -> HashMap<String, String> {
     .collect()
 }
 
-/// Asserts the guarantees for `items` of one `mode` at `target`, and
-/// returns the counts.
-pub async fn check(
-    url: &str,
-    items: &[Item],
-    mode: Mode,
-    target: &MockTarget,
-    crashes: &[Crash],
-) -> Value {
-    let items: Vec<&Item> = items.iter().filter(|i| i.mode == mode).collect();
-    let (states, dls, hits) = (states(url).await, dead_letters(url).await, hits(crashes));
-    let requests = target.requests();
-    let (sent, applied) = (per_key(&requests), per_key(&target.effects()));
-    let known: HashSet<&str> = items.iter().map(|i| i.key.as_str()).collect();
-    let strangers: Vec<&String> = sent
-        .keys()
-        .filter(|k| !known.contains(k.as_str()))
-        .collect();
-    assert!(
-        strangers.is_empty(),
-        "requests for keys nobody sent: {strangers:?}"
-    );
-    let mut counts = BTreeMap::<&str, usize>::new();
-    for item in &items {
-        let id = format!("{}|{}", item.namespace, item.run_key);
-        let (n_sent, n_applied) = (
-            sent.get(&item.key).copied().unwrap_or(0),
-            applied.get(&item.key).copied().unwrap_or(0),
-        );
-        let n_hits = hits.get(&item.key).copied().unwrap_or(0);
-        let state = states.get(&id).map(String::as_str);
-        assert!(
-            n_applied <= 1,
-            "{mode:?}: {} applied {n_applied} times",
-            item.key
-        );
+type Counts = BTreeMap<&'static str, usize>;
+
+/// What the database and the target hold after a run.
+struct Evidence {
+    /// Run states by `namespace|key`.
+    states: HashMap<String, String>,
+    /// Dead letters by `namespace|key`.
+    dead_letters: HashMap<String, String>,
+    /// Deaths that caught each idempotency key in flight.
+    hits: HashMap<String, usize>,
+    /// Requests the target received per key.
+    sent: HashMap<String, usize>,
+    /// Effects the target applied per key.
+    applied: HashMap<String, usize>,
+}
+
+impl Evidence {
+    async fn gather(url: &str, target: &MockTarget, crashes: &[Crash]) -> Self {
+        Self {
+            states: states(url).await,
+            dead_letters: dead_letters(url).await,
+            hits: hits(crashes),
+            sent: per_key(&target.requests()),
+            applied: per_key(&target.effects()),
+        }
+    }
+
+    /// Asserts the guarantees for one item and adds it to `counts`.
+    fn judge(&self, item: &Item, counts: &mut Counts) {
+        let key = &item.key;
+        let n_sent = self.sent.get(key).copied().unwrap_or(0);
+        let n_applied = self.applied.get(key).copied().unwrap_or(0);
+        let n_hits = self.hits.get(key).copied().unwrap_or(0);
+        let mode = item.mode;
+        assert!(n_applied <= 1, "{mode:?}: {key} applied {n_applied} times");
         assert!(
             n_sent <= 1 + n_hits,
-            "{mode:?}: {} sent {n_sent} times, caught in flight by {n_hits} death(s)",
-            item.key
+            "{mode:?}: {key} sent {n_sent} times, caught in flight by {n_hits} death(s)"
         );
         if mode == Mode::Ignores {
             assert!(
                 n_sent <= 1,
-                "a target that ignores keys got {} {n_sent} times",
-                item.key
+                "a target that ignores keys got {key} {n_sent} times"
             );
         }
         *counts.entry("requests").or_default() += n_sent;
@@ -123,20 +120,21 @@ pub async fn check(
         *max = (*max).max(n_sent);
         if !item.acked {
             *counts.entry("not_acknowledged").or_default() += 1;
-            continue;
+            return;
         }
         *counts.entry("acknowledged").or_default() += 1;
-        match (mode, state) {
+        let id = format!("{}|{}", item.namespace, item.run_key);
+        match (mode, self.states.get(&id).map(String::as_str)) {
             (_, Some("completed")) => {
                 assert_eq!(
                     n_applied, 1,
-                    "{} completed but applied {n_applied} times",
-                    item.key
+                    "{key} completed but applied {n_applied} times"
                 );
                 *counts.entry("completed").or_default() += 1;
             }
             (Mode::Ignores, Some("dead_lettered")) => {
-                let evidence = dls
+                let evidence = self
+                    .dead_letters
                     .get(&id)
                     .unwrap_or_else(|| panic!("{id} dead_lettered without a dead letter"));
                 assert!(
@@ -150,10 +148,9 @@ pub async fn check(
                 *counts.entry("dead_lettered").or_default() += 1;
                 // Applied once but unknown to oncegate, or never sent at all:
                 // a person decides either way (the target cannot tell).
-                let how = if n_applied == 1 {
-                    "dead_lettered_applied"
-                } else {
-                    "dead_lettered_never_sent"
+                let how = match n_applied {
+                    1 => "dead_lettered_applied",
+                    _ => "dead_lettered_never_sent",
                 };
                 *counts.entry(how).or_default() += 1;
             }
@@ -162,26 +159,55 @@ pub async fn check(
             ),
         }
     }
+}
+
+/// Asserts the guarantees for `items` of one `mode` at `target`, and
+/// returns the counts.
+pub async fn check(
+    url: &str,
+    items: &[Item],
+    mode: Mode,
+    target: &MockTarget,
+    crashes: &[Crash],
+) -> Value {
+    let items: Vec<&Item> = items.iter().filter(|i| i.mode == mode).collect();
+    let evidence = Evidence::gather(url, target, crashes).await;
+    let known: HashSet<&str> = items.iter().map(|i| i.key.as_str()).collect();
+    let strangers: Vec<&String> = evidence
+        .sent
+        .keys()
+        .filter(|k| !known.contains(k.as_str()))
+        .collect();
+    assert!(
+        strangers.is_empty(),
+        "requests for keys nobody sent: {strangers:?}"
+    );
+    let mut counts = Counts::new();
+    for name in [
+        "acknowledged",
+        "completed",
+        "dead_lettered",
+        "not_acknowledged",
+    ] {
+        counts.insert(name, 0);
+    }
+    for item in &items {
+        evidence.judge(item, &mut counts);
+    }
     if mode == Mode::Honours {
         let ids: HashSet<String> = items
             .iter()
             .map(|i| format!("{}|{}", i.namespace, i.run_key))
             .collect();
-        let dl: Vec<&String> = dls.keys().filter(|k| ids.contains(*k)).collect();
+        let dl: Vec<&String> = evidence
+            .dead_letters
+            .keys()
+            .filter(|k| ids.contains(*k))
+            .collect();
         assert!(
             dl.is_empty(),
             "dead letters with a target that honours keys: {dl:?}"
         );
-    }
-    for key in [
-        "acknowledged",
-        "completed",
-        "dead_lettered",
-        "not_acknowledged",
-        "requests",
-        "applied",
-    ] {
-        counts.entry(key).or_default();
     }
     json!(counts)
 }

@@ -137,6 +137,31 @@ impl Rig {
         }
     }
 
+    /// Drives `n` runs one after another, alternating the two targets.
+    async fn drive(&mut self, flow: Flow, n: usize) -> Vec<Item> {
+        let mut items = Vec::new();
+        for i in 0..n {
+            let key = format!("k{i:05}");
+            let (mode, target) = match i % 2 {
+                0 => (Mode::Honours, "mail_hon"),
+                _ => (Mode::Ignores, "mail_ign"),
+            };
+            match flow {
+                Flow::Commit => self.commit_flow(&key, target).await,
+                Flow::Gate => self.gate_flow(&key, target).await,
+            }
+            let namespace = flow.namespace();
+            items.push(Item {
+                namespace: namespace.into(),
+                key: format!("{namespace}:{key}:reply"),
+                run_key: key,
+                mode,
+                acked: true,
+            });
+        }
+        items
+    }
+
     /// Claim → commit, until the run is `approved` (or further).
     async fn commit_flow(&mut self, key: &str, target: &str) {
         loop {
@@ -216,41 +241,8 @@ async fn workflow_run(backend: Backend, point: &'static str, flow: Flow) {
     let base = rig.base().await;
     rig.people.login(&base).await;
 
-    let mut items = Vec::new();
-    for i in 0..n {
-        let key = format!("k{i:05}");
-        let (mode, target) = match i % 2 {
-            0 => (Mode::Honours, "mail_hon"),
-            _ => (Mode::Ignores, "mail_ign"),
-        };
-        match flow {
-            Flow::Commit => rig.commit_flow(&key, target).await,
-            Flow::Gate => rig.gate_flow(&key, target).await,
-        }
-        let (namespace, effect) = match flow {
-            Flow::Commit => ("crm", "reply"),
-            Flow::Gate => ("support", "reply"),
-        };
-        items.push(Item {
-            namespace: namespace.into(),
-            key: format!("{namespace}:{key}:{effect}"),
-            run_key: key,
-            mode,
-            acked: true,
-        });
-    }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !db::settled(&db.url).await {
-        if Instant::now() >= deadline {
-            panic!(
-                "{point}: the outbox did not drain in 60 s:\n{}",
-                db::unsettled(&db.url).await
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        rig.sup.reap().await;
-        rig.sup.base().await;
-    }
+    let items = rig.drive(flow, n).await;
+    rig.sup.settle(Duration::from_secs(60)).await;
     rig.sup.stop().await;
 
     let sup = &rig.sup;
