@@ -24,12 +24,12 @@
 //!
 //! | point | place |
 //! | --- | --- |
-//! | `after_claim` | `POST /v1/claims`: claim committed, before the answer. Ingress: the claim statement ran inside the accept transaction, before the run's approval, effect and raw event are written (the crash rolls it all back) |
-//! | `after_effect_insert` | ingress accept and owner commit (`POST /v1/runs/commit`): the transaction with the effects committed, before the answer |
+//! | `after_claim` | `POST /v1/claims`: the store answered "claimed" (committed), before the HTTP answer. Ingress: inside the accept transaction, right after the claim statement, before the run's approval, effect and raw event are written (the crash rolls it all back) |
+//! | `after_effect_insert` | `POST /hooks/{source}` and `POST /v1/runs/commit`: the store committed the run with its effects, before the HTTP answer |
 //! | `after_send_before_record` | dispatcher: a batch was sent and answered, before its verdicts are recorded |
 //! | `after_record_before_completion` | dispatcher: inside the record transaction, the effect is recorded completed, the run not yet moved (the crash rolls both back) |
 //! | `approval_decide` | inside the approval transaction, after the challenge is consumed and the run moved, before the effects are inserted |
-//! | `group_commit` | SQLite only: a write transaction's writes are done, before its commit |
+//! | `group_commit` | SQLite only, [`before_commit`]: a write transaction's writes are done, before its commit (claims, ingress accepts, owner moves, dispatcher records, approval decisions). Under a group commit the job's writes sit in the open batch: the crash loses the whole uncommitted batch |
 
 /// Every crash point's name.
 pub const POINTS: &[&str] = &[
@@ -63,6 +63,16 @@ pub fn arm() -> Result<(), String> {
 
 #[cfg(feature = "chaos")]
 pub use armed::{arm, point};
+
+/// Marks crash point `group_commit` right before a write transaction of
+/// backend `DB` commits; it exists on SQLite only (where writes are
+/// committed by one writer), and compiles to nothing without the feature.
+#[inline(always)]
+pub fn before_commit<DB: sqlx::Database>() {
+    if DB::NAME == "SQLite" {
+        point("group_commit");
+    }
+}
 
 #[cfg(feature = "chaos")]
 mod armed {

@@ -152,6 +152,8 @@ pub(crate) async fn receive(
     let forward = forward_effect(source, &event, content_type);
     let outcome = app.store.accept_event(&claim, &event, &forward).await?;
     if let ClaimOutcome::Claimed { run, .. } = &outcome {
+        // Stored with its forward, not yet acknowledged (chaos tests).
+        crate::chaos::point("after_effect_insert");
         tracing::Span::current().record("version", run.version.get());
         app.wake.notify_one();
     }

@@ -222,7 +222,8 @@ macro_rules! approval_ops {
                         .execute(&mut *tx)
                         .await?;
                 }
-                super::commit_write(tx).await?;
+                $crate::chaos::before_commit::<$db>();
+                tx.commit().await?;
                 Ok(Some(run))
             }
 

@@ -36,8 +36,7 @@ fn sqlx_unavailable(err: &sqlx::Error) -> bool {
         sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)
         | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => true,
+        | sqlx::Error::PoolClosed => true,
         sqlx::Error::Database(db) => database_unavailable(db.as_ref()),
         _ => false,
     }
@@ -117,6 +116,8 @@ mod tests {
         let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
         assert!(StoreError::Database(sqlx::Error::Io(io)).is_unavailable());
         assert!(!StoreError::Database(sqlx::Error::RowNotFound).is_unavailable());
+        // A panicked worker is a bug, not an outage: it stays a 500.
+        assert!(!StoreError::Database(sqlx::Error::WorkerCrashed).is_unavailable());
         assert!(!StoreError::Corrupt("x".into()).is_unavailable());
     }
 }

@@ -33,11 +33,7 @@ macro_rules! outbox_ops {
                 let types: Vec<&str> = effects.iter().map(|e| e.effect_type.as_str()).collect();
                 let detail = json!({ "effects": types, "has_result": result.is_some() });
                 let fields = MoveFields { result: result.map(Value::to_string), error: None, reason: None };
-                let moved = owner_move(cx, call, kind, fields, detail, effects).await?;
-                if !effects.is_empty() {
-                    $crate::chaos::point("after_effect_insert");
-                }
-                Ok(moved)
+                owner_move(cx, call, kind, fields, detail, effects).await
             }
 
             /// Leases up to `limit` due effects for `owner`.
@@ -93,7 +89,8 @@ macro_rules! outbox_ops {
                 for decision in decisions {
                     recorded.push(record_one(&mut tx, cx, decision).await?);
                 }
-                super::commit_write(tx).await?;
+                $crate::chaos::before_commit::<$db>();
+                tx.commit().await?;
                 Ok(recorded)
             }
 

@@ -435,22 +435,12 @@ macro_rules! ledger_ops {
             }
         }
 
-        /// Commits a write transaction. On SQLite this is the commit that
-        /// makes a batch of writes durable (crash point `group_commit`).
-        pub(crate) async fn commit_write(tx: Transaction<'static, $db>) -> Result<()> {
-            if <$db as sqlx::Database>::NAME == "SQLite" {
-                $crate::chaos::point("group_commit");
-            }
-            tx.commit().await?;
-            Ok(())
-        }
-
         pub(crate) async fn claim(cx: &Cx<'_>, req: &ClaimRequest) -> Result<ClaimOutcome> {
             let mut tx = cx.write.begin().await?;
             let attempt = try_claim(&mut tx, cx, req).await?;
             if matches!(attempt, Attempt::Won { .. }) {
-                commit_write(tx).await?;
-                $crate::chaos::point("after_claim");
+                $crate::chaos::before_commit::<$db>();
+                tx.commit().await?;
             } else {
                 tx.rollback().await?;
             }
@@ -491,8 +481,8 @@ macro_rules! ledger_ops {
             record(&mut tx, cx.st, &row, &approved, Move::Approve, &req.claimed_by, detail).await?;
             insert_effect(&mut tx, cx, &approved, forward).await?;
             insert_raw_event(&mut tx, cx.st, event).await?;
-            commit_write(tx).await?;
-            $crate::chaos::point("after_effect_insert");
+            $crate::chaos::before_commit::<$db>();
+            tx.commit().await?;
             Ok(ClaimOutcome::Claimed { run: approved, lease, reclaimed_from })
         }
 
@@ -609,7 +599,8 @@ macro_rules! ledger_ops {
             for effect in effects {
                 insert_effect(&mut tx, cx, &run, effect).await?;
             }
-            commit_write(tx).await?;
+            $crate::chaos::before_commit::<$db>();
+            tx.commit().await?;
             let lease = run.lease;
             Ok(Moved { run, lease })
         }

@@ -16,7 +16,7 @@ use oncegate::config::{Config, Scope};
 use oncegate::store::sqlite::SqliteStore;
 use oncegate::store::{SharedStore, StoreOptions};
 use serde_json::{json, Value};
-use sqlx::{Connection, SqlitePool};
+use sqlx::Connection;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -24,13 +24,13 @@ use crate::harness::{on_both_backends, pg_admin_url, token, Backend, TestDb};
 use crate::ingress::{stripe_signature, SECRET};
 use crate::target::MockTarget;
 
-/// The app under test, its store's write pool (SQLite), and a dispatcher.
+/// The app under test, and its SQLite store (to reach its write connection).
 struct App {
     base: String,
     client: reqwest::Client,
     workflow: String,
     state: oncegate::api::AppState,
-    write: Option<SqlitePool>,
+    sqlite: Option<Arc<SqliteStore>>,
     shutdown: CancellationToken,
 }
 
@@ -43,11 +43,10 @@ async fn spawn(db: &TestDb, target: &MockTarget) -> App {
         use_db_clock: true,
         redaction: Default::default(),
     };
-    let (store, write): (SharedStore, _) = match db.backend {
+    let (store, sqlite): (SharedStore, _) = match db.backend {
         Backend::Sqlite => {
-            let store = SqliteStore::connect(&db.url, options).await.unwrap();
-            let write = store.write_pool().clone();
-            (Arc::new(store), Some(write))
+            let store = Arc::new(SqliteStore::connect(&db.url, options).await.unwrap());
+            (store.clone(), Some(store))
         }
         Backend::Postgres => (
             oncegate::store::connect(&db.url, options).await.unwrap(),
@@ -81,7 +80,7 @@ async fn spawn(db: &TestDb, target: &MockTarget) -> App {
         client: reqwest::Client::new(),
         workflow,
         state,
-        write,
+        sqlite,
         shutdown,
     }
 }
@@ -144,6 +143,15 @@ impl App {
     }
 }
 
+/// Runs one statement on the SQLite store's own write connection (the
+/// only one that writes) and returns the first column of its first row.
+async fn on_write_connection(store: &SqliteStore, sql: &str) -> Option<i64> {
+    sqlx::query_scalar(sql)
+        .fetch_optional(store.write_pool())
+        .await
+        .unwrap()
+}
+
 /// Every delivery while writes are refused: 503 database-unavailable, with Retry-After.
 async fn refused(app: &App, ids: &[&str], pad: usize) {
     for id in ids {
@@ -172,12 +180,9 @@ async fn stored(db: &TestDb, ids: &[&str]) -> i64 {
 /// Turns refusal on or off: SQLite through the server's write connection,
 /// PostgreSQL for the database, with the server's sessions ended.
 async fn read_only(db: &TestDb, app: &App, on: bool) {
-    if let Some(write) = &app.write {
+    if let Some(store) = &app.sqlite {
         let value = if on { "ON" } else { "OFF" };
-        sqlx::query(&format!("PRAGMA query_only = {value}"))
-            .execute(write)
-            .await
-            .unwrap();
+        on_write_connection(store, &format!("PRAGMA query_only = {value}")).await;
         return;
     }
     let name = db.url.rsplit('/').next().unwrap();
@@ -266,26 +271,19 @@ async fn a_full_sqlite_database_answers_503_and_recovers() {
     let target = MockTarget::start().await;
     let db = TestDb::new(Backend::Sqlite).await;
     let app = spawn(&db, &target).await;
-    let write = app.write.clone().unwrap();
+    let store = app.sqlite.clone().unwrap();
     assert_eq!(app.deliver("evt_small", 0).await.0, 200);
     // No free pages to reuse: the next write must grow the file.
-    sqlx::query("VACUUM").execute(&write).await.unwrap();
-    let pages: i64 = sqlx::query_scalar("PRAGMA page_count")
-        .fetch_one(&write)
+    db.exec("VACUUM").await;
+    let pages = on_write_connection(&store, "PRAGMA page_count")
         .await
         .unwrap();
-    let limit: i64 = sqlx::query_scalar(&format!("PRAGMA max_page_count = {pages}"))
-        .fetch_one(&write)
-        .await
-        .unwrap();
-    assert_eq!(limit, pages);
+    let limit = on_write_connection(&store, &format!("PRAGMA max_page_count = {pages}")).await;
+    assert_eq!(limit, Some(pages));
     refused(&app, &["evt_big1", "evt_big2"], 20_000).await;
     assert_eq!(stored(&db, &["evt_big1", "evt_big2"]).await, 0);
 
-    sqlx::query("PRAGMA max_page_count = 1073741823")
-        .fetch_one(&write)
-        .await
-        .unwrap();
+    on_write_connection(&store, "PRAGMA max_page_count = 1073741823").await;
     assert_eq!(app.deliver("evt_big1", 20_000).await.0, 200);
     assert_eq!(app.deliver("evt_big2", 20_000).await.0, 200);
     assert_eq!(stored(&db, &["evt_big1", "evt_big2"]).await, 2);
