@@ -498,6 +498,8 @@ pub fn approval_sweeper(state: &AppState) -> crate::approval::sweeper::Sweeper {
 /// # Errors
 /// Start-up failed: the database, the migrations, or the listen address.
 pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<()> {
+    // Chaos tests (issue 9): a crash-point setting with a typo stops here.
+    crate::chaos::arm().map_err(anyhow::Error::msg)?;
     let clock: SharedClock = Arc::new(SystemClock);
     let store = open_store(&config, clock.clone()).await?;
     store.migrate().await.context("applying migrations")?;

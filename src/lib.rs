@@ -40,6 +40,8 @@
 //! - [`config`]: the TOML file layered with `ONCEGATE_*` variables.
 //! - [`clock`]: injected time, so leases and expiry are tested by hand.
 //! - [`cli`]: the commands the `oncegate` binary runs.
+//! - [`chaos`]: named crash points the chaos tests kill the real binary
+//!   at (compiled in only with the cargo feature `chaos`).
 //! - [`lab`]: the Retry Lab (`oncegate lab`), a seeded simulator that runs
 //!   seven delivery strategies under injected faults, strategies (d)–(g)
 //!   on the real ledger move table and outbox classifier.
@@ -77,6 +79,8 @@
 pub mod api;
 pub mod approval;
 pub mod audit;
+// Chaos tests (issue 9): crash points, inert without the `chaos` feature.
+pub mod chaos;
 pub mod cli;
 pub mod clock;
 pub mod config;

@@ -196,6 +196,10 @@ pub(super) async fn claim(
     let req = body.into_request(&caller.subject, &app, correlation)?;
     record_run(req.namespace.as_str(), req.key.as_str(), None);
     let outcome = app.store.claim(&req).await?;
+    if matches!(outcome, ClaimOutcome::Claimed { .. }) {
+        // Committed, not yet answered (the chaos tests die here).
+        crate::chaos::point("after_claim");
+    }
     let ns = req.namespace.as_str();
     app.metrics.claim_answered(ns, &outcome);
     let now = app.clock.now_ms();

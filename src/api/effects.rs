@@ -291,6 +291,8 @@ pub(super) async fn commit(
         .await?;
     app.metrics.run_moved(&moved.run);
     if !effects.is_empty() {
+        // Committed with its effects, not yet answered (chaos tests).
+        crate::chaos::point("after_effect_insert");
         app.wake.notify_one();
     }
     let listed = app.store.effects_of(&call.namespace, &call.key).await?;

@@ -117,7 +117,15 @@ pub enum ApiError {
     /// Something on our side failed.
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
+    // Chaos tests (issue 9): a database that cannot take a write is a 503.
+    /// The database is unreachable, restarting, read-only, full or locked:
+    /// the request did not go through; the caller should retry later.
+    #[error("the database is unavailable; retry later")]
+    Unavailable(#[source] StoreError),
 }
+
+/// Seconds a client is asked to wait after a 503 `database-unavailable`.
+const UNAVAILABLE_RETRY_AFTER_SECS: &str = "2";
 
 impl ApiError {
     /// A 400 about one field.
@@ -145,6 +153,7 @@ impl ApiError {
             Self::OutputInvalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::ApprovalRefused(refusal) => refusal_status(refusal),
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -167,6 +176,7 @@ impl ApiError {
             Self::OutputInvalid { .. } => "output-invalid",
             Self::ApprovalRefused(refusal) => refusal.slug(),
             Self::Internal(_) => "internal",
+            Self::Unavailable(_) => "database-unavailable",
         }
     }
 }
@@ -225,14 +235,10 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         if let Self::Internal(source) = &self {
-            let mut chain = source.to_string();
-            let mut cause = source.source();
-            while let Some(c) = cause {
-                chain.push_str(": ");
-                chain.push_str(&c.to_string());
-                cause = c.source();
-            }
-            tracing::error!(error = %chain, "request failed");
+            tracing::error!(error = %cause_chain(source.as_ref()), "request failed");
+        }
+        if let Self::Unavailable(source) = &self {
+            tracing::warn!(error = %cause_chain(source), "database unavailable; answered 503");
         }
         let (field, state, version) = match &self {
             Self::Invalid { field, .. } => (field.clone(), None, None),
@@ -281,8 +287,26 @@ impl IntoResponse for ApiError {
         if matches!(self, Self::Unauthorized) {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
+        if matches!(self, Self::Unavailable(_)) {
+            headers.insert(
+                header::RETRY_AFTER,
+                HeaderValue::from_static(UNAVAILABLE_RETRY_AFTER_SECS),
+            );
+        }
         response
     }
+}
+
+/// An error and its causes, joined by `: ` (for the log line of a 5xx).
+fn cause_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut chain = err.to_string();
+    let mut cause = err.source();
+    while let Some(c) = cause {
+        chain.push_str(": ");
+        chain.push_str(&c.to_string());
+        cause = c.source();
+    }
+    chain
 }
 
 impl From<InvalidId> for ApiError {
@@ -295,6 +319,7 @@ impl From<StoreError> for ApiError {
     fn from(err: StoreError) -> Self {
         match err {
             StoreError::LostOwnership { current, why } => Self::LostOwnership { current, why },
+            other if other.is_unavailable() => Self::Unavailable(other),
             other => Self::Internal(Box::new(other)),
         }
     }

@@ -57,6 +57,7 @@ pub(crate) fn router() -> Router<AppState> {
         (status = 409, description = "In flight, and the source asks providers to retry", body = crate::api::Problem),
         (status = 413, description = "Body over the source's limit; nothing stored", body = crate::api::Problem),
         (status = 422, description = "Conflicting body, and the source rejects", body = crate::api::Problem),
+        (status = 503, description = "The database is unavailable (down, restarting, read-only, full); nothing was acknowledged, redeliver later", body = crate::api::Problem),
     ))]
 pub(crate) async fn receive(
     State(app): State<AppState>,
@@ -151,6 +152,8 @@ pub(crate) async fn receive(
     let forward = forward_effect(source, &event, content_type);
     let outcome = app.store.accept_event(&claim, &event, &forward).await?;
     if let ClaimOutcome::Claimed { run, .. } = &outcome {
+        // Stored with its forward, not yet acknowledged (chaos tests).
+        crate::chaos::point("after_effect_insert");
         tracing::Span::current().record("version", run.version.get());
         app.wake.notify_one();
     }

@@ -204,6 +204,10 @@ impl Dispatcher {
             .iter()
             .filter(|d| d.verdict == Verdict::Release)
             .count();
+        if report.sent > 0 {
+            // Sent and answered, not yet recorded (the chaos tests die here).
+            crate::chaos::point("after_send_before_record");
+        }
         let recorded = self.store.record_decisions(&decisions).await?;
         for outcome in &recorded {
             match outcome {

@@ -206,6 +206,9 @@ macro_rules! approval_ops {
                     "waited_ms": run.updated_at - challenge.created_at,
                 });
                 record(&mut tx, cx.st, &row, &run, mv, &d.approver, detail).await?;
+                // Consumed and moved, effects not yet inserted: a crash here
+                // must undo the consume (one transaction or nothing).
+                $crate::chaos::point("approval_decide");
                 for effect in &d.effects {
                     insert_effect(&mut tx, cx, &run, effect).await?;
                 }
@@ -220,6 +223,7 @@ macro_rules! approval_ops {
                         .execute(&mut *tx)
                         .await?;
                 }
+                $crate::chaos::before_commit::<$db>();
                 tx.commit().await?;
                 Ok(Some(run))
             }

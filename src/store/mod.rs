@@ -48,6 +48,8 @@ pub use ops_sql::OpenDeadLetters;
 // Operator console (issue 7, branch console): run search and dashboard reads.
 pub mod console;
 pub mod console_sql;
+// Chaos tests (issue 9): which database failures mean "try again later" (503).
+mod availability;
 
 pub mod approval;
 mod approval_ops;

@@ -93,6 +93,7 @@ macro_rules! outbox_ops {
                 for decision in decisions {
                     recorded.push(record_one(&mut tx, cx, decision).await?);
                 }
+                $crate::chaos::before_commit::<$db>();
                 tx.commit().await?;
                 Ok(recorded)
             }
@@ -145,6 +146,11 @@ macro_rules! outbox_ops {
                         .bind(evidence.to_string())
                         .execute(&mut **tx)
                         .await?;
+                }
+                if matches!(verdict, Verdict::Completed { .. }) {
+                    // The effect is recorded, its run not yet moved: both
+                    // are in this transaction, so a crash here undoes both.
+                    $crate::chaos::point("after_record_before_completion");
                 }
                 let ended = settle_run(tx, cx, &effect, verdict, &leased.owner).await?;
                 Ok(Recorded::Written { ended: ended.map(Box::new) })

@@ -486,6 +486,7 @@ macro_rules! ledger_ops {
             let mut tx = cx.write.begin().await?;
             let attempt = try_claim(&mut tx, cx, req).await?;
             if matches!(attempt, Attempt::Won { .. }) {
+                $crate::chaos::before_commit::<$db>();
                 tx.commit().await?;
             } else {
                 tx.rollback().await?;
@@ -507,6 +508,8 @@ macro_rules! ledger_ops {
                 tx.rollback().await?;
                 return lost_answer(cx, req, attempt).await;
             };
+            // Inside the accept transaction: a crash here rolls the claim back.
+            $crate::chaos::point("after_claim");
             let reclaimed_from = run.prev_state;
             let row = sqlx::query_as::<_, RunRow>(&cx.st.finish[&Move::Approve])
                 .bind(cx.now)
@@ -525,6 +528,7 @@ macro_rules! ledger_ops {
             record(&mut tx, cx.st, &row, &approved, Move::Approve, &req.claimed_by, detail).await?;
             insert_effect(&mut tx, cx, &approved, forward).await?;
             insert_raw_event(&mut tx, cx.st, event).await?;
+            $crate::chaos::before_commit::<$db>();
             tx.commit().await?;
             Ok(ClaimOutcome::Claimed { run: approved, lease, reclaimed_from })
         }
@@ -642,6 +646,7 @@ macro_rules! ledger_ops {
             for effect in effects {
                 insert_effect(&mut tx, cx, &run, effect).await?;
             }
+            $crate::chaos::before_commit::<$db>();
             tx.commit().await?;
             let lease = run.lease;
             Ok(Moved { run, lease })

@@ -185,3 +185,30 @@ async fn close_finishes_queued_jobs_then_refuses_new_ones() {
     assert!(matches!(f.gc.begin().await, Err(sqlx::Error::PoolClosed)));
     assert_eq!(f.rows().await, vec![0, 1, 2]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_between_batches_waits_for_the_open_batch_and_outlives_it() {
+    let f = fixture(64).await;
+    // A turn is held, so its batch is open: the statement waits for it.
+    let held = f.gc.begin().await.unwrap();
+    let gc = f.gc.clone();
+    let between = tokio::spawn(async move { gc.between_batches("PRAGMA query_only = ON").await });
+    tokio::task::yield_now().await;
+    assert!(!between.is_finished(), "waits for the open batch");
+    held.commit().await.unwrap();
+    between.await.unwrap().unwrap();
+    assert!(
+        job(f.gc.clone(), vec![1]).await.is_err(),
+        "a batch under query_only fails to begin"
+    );
+    assert_eq!(
+        f.gc.between_batches("PRAGMA query_only").await.unwrap(),
+        Some(1),
+        "the setting is the connection's and outlives the batch"
+    );
+    f.gc.between_batches("PRAGMA query_only = OFF")
+        .await
+        .unwrap();
+    job(f.gc.clone(), vec![2]).await.unwrap();
+    assert_eq!(f.rows().await, vec![0, 2]);
+}

@@ -41,3 +41,9 @@ mod console_search;
 // ops: metrics and logs
 mod logs;
 mod metrics;
+// Chaos tests (issue 9): the real binary killed at crash points and a
+// PostgreSQL crash under load (need `--features chaos`; scripts/test sets
+// it), and databases that refuse writes (every build).
+#[cfg(feature = "chaos")]
+mod chaos;
+mod unavailable;

@@ -122,8 +122,14 @@ struct Returned {
     keep: bool,
 }
 
+/// A value one statement outside a batch returns: the first column of
+/// its first row, if it has one.
+type Answer = Result<Option<i64>, sqlx::Error>;
+
 enum Request {
     Job(oneshot::Sender<Result<Lent, sqlx::Error>>),
+    /// One statement between batches, outside any transaction.
+    Between(String, oneshot::Sender<Answer>),
     Close(oneshot::Sender<()>),
 }
 
@@ -219,6 +225,25 @@ impl GroupCommit {
             back: Some(lent.back),
             durable: Some(lent.durable),
         })
+    }
+
+    /// Runs one statement on the write connection between two batches,
+    /// outside any transaction, and returns the first column of its first
+    /// row. For the connection's own settings and upkeep, which a
+    /// transaction refuses or which must hold for every later batch:
+    /// `PRAGMA wal_checkpoint(TRUNCATE)`, `PRAGMA query_only = ON` (after
+    /// which every batch fails to begin until `OFF`), `PRAGMA
+    /// max_page_count`. Never for data: writes belong in a [`Turn`].
+    ///
+    /// # Errors
+    /// The statement failed; [`sqlx::Error::PoolClosed`] once the writer
+    /// has stopped.
+    pub async fn between_batches(&self, sql: &str) -> Answer {
+        let (tx, rx) = oneshot::channel();
+        self.requests
+            .send(Request::Between(sql.to_owned(), tx))
+            .map_err(|_| sqlx::Error::PoolClosed)?;
+        rx.await.map_err(|_| sqlx::Error::PoolClosed)?
     }
 
     /// Lets the jobs queued so far finish, then closes the connection.

@@ -41,6 +41,12 @@ impl Writer {
                     let _ = ack.send(());
                     return;
                 }
+                Request::Between(sql, answer) => {
+                    let value = sqlx::query_scalar::<_, i64>(&sql)
+                        .fetch_optional(&mut conn)
+                        .await;
+                    let _ = answer.send(value);
+                }
                 Request::Job(first) => match self.batch(conn, first).await {
                     Some(back) => conn = back,
                     None => match SqliteConnection::connect_with(&self.connect).await {
@@ -121,8 +127,9 @@ impl Writer {
         };
         match request {
             Request::Job(lend) => Some(lend),
-            close @ Request::Close(_) => {
-                self.next = Some(close);
+            // Outside any batch: it waits for this one to commit.
+            other => {
+                self.next = Some(other);
                 None
             }
         }
