@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use rand::SeedableRng;
 use serde::Deserialize;
-use tokio::sync::Notify;
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -43,9 +43,11 @@ pub struct DispatcherConfig {
     pub idle_poll_ms: u64,
     /// False holds every effect at start (`ONCEGATE_ACTIONS_ENABLED=false`).
     pub actions_enabled: bool,
-    /// Steps run concurrently, so one batch's sends overlap another's
-    /// database work.
-    pub workers: usize,
+    /// Most effects leased and not yet recorded at once; 0 (the default)
+    /// means the sum of the targets' `concurrency`, so that no leased
+    /// effect waits long for a send slot (a lease held while waiting is
+    /// one a crash would turn `unknown`).
+    pub max_in_flight: usize,
 }
 
 impl Default for DispatcherConfig {
@@ -56,9 +58,21 @@ impl Default for DispatcherConfig {
             lease_ms: 60_000,
             idle_poll_ms: 250,
             actions_enabled: true,
-            workers: 4,
+            max_in_flight: 0,
         }
     }
+}
+
+/// How often the leaser turns expired `sending` leases into `unknown`.
+const EXPIRY_EVERY: Duration = Duration::from_secs(1);
+
+/// The longest pause between retries of a failed record write.
+const RECORD_RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// A decision on its way to the recorder, holding its place in flight.
+struct InFlight {
+    decision: Decision,
+    permit: OwnedSemaphorePermit,
 }
 
 /// What one step did.
@@ -132,31 +146,102 @@ impl Dispatcher {
         &self.switch
     }
 
-    /// Runs `workers` step loops until `shutdown`, then waits for each to
-    /// finish its step (so every send in flight is recorded).
+    /// Dispatches until `shutdown`, as a pipeline: the leaser keeps up to
+    /// `max_in_flight` effects leased, each is sent as soon as its target
+    /// has a slot, and the recorder writes the decisions that have come in
+    /// a batch at a time. No send waits for another (a slow target holds
+    /// up only its own effects), and the database sees one lease and one
+    /// record transaction per batch. On `shutdown` it stops leasing, lets
+    /// every send in flight finish and records it.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        tracing::info!(owner = %self.owner, workers = self.config.workers, "dispatcher started");
-        let loops: Vec<_> = (0..self.config.workers.max(1))
-            .map(|_| tokio::spawn(self.clone().step_loop(shutdown.clone())))
-            .collect();
-        for worker in loops {
-            let _ = worker.await;
-        }
+        let capacity = self.max_in_flight();
+        tracing::info!(owner = %self.owner, max_in_flight = capacity, "dispatcher started");
+        let room = Arc::new(Semaphore::new(capacity));
+        let (done, decisions) = mpsc::unbounded_channel();
+        let recorder = tokio::spawn(self.clone().record_loop(decisions));
+        self.lease_loop(&room, &done, &shutdown).await;
+        drop(done);
+        let _ = recorder.await;
         tracing::info!(owner = %self.owner, "dispatcher stopped");
     }
 
-    /// Steps back to back while batches come full, otherwise waits for a
-    /// wake-up or the idle poll.
-    async fn step_loop(self: Arc<Self>, shutdown: CancellationToken) {
-        loop {
-            let full = match self.dispatch_once().await {
-                Ok(report) => report.leased as i64 >= self.config.batch_size,
+    /// Most effects in flight: the configured value, or the sum of the
+    /// targets' send slots.
+    fn max_in_flight(&self) -> usize {
+        let slots: usize = self
+            .targets
+            .values()
+            .map(|t| t.config.concurrency as usize)
+            .sum();
+        match self.config.max_in_flight {
+            0 => slots.max(1),
+            n => n,
+        }
+    }
+
+    /// Leases while there is room and effects are due; sleeps until woken
+    /// (a commit, the idle poll, a recorded batch freeing room) otherwise.
+    async fn lease_loop(
+        self: &Arc<Self>,
+        room: &Arc<Semaphore>,
+        done: &mpsc::UnboundedSender<InFlight>,
+        shutdown: &CancellationToken,
+    ) {
+        let mut last_expiry: Option<Instant> = None;
+        while !shutdown.is_cancelled() {
+            // Wait for room: only this loop takes permits, so what is
+            // available now is at least available below.
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                permit = room.clone().acquire_owned() => drop(permit),
+            }
+            if last_expiry.is_none_or(|at| at.elapsed() >= EXPIRY_EVERY) {
+                last_expiry = Some(Instant::now());
+                match self.store.expire_sending().await {
+                    Ok(0) => {}
+                    Ok(expired) => tracing::warn!(
+                        count = expired,
+                        "effects whose dispatcher died are now unknown"
+                    ),
+                    Err(err) => tracing::warn!(error = %err, "expiring dead leases failed"),
+                }
+            }
+            self.switch.refresh_if_due().await;
+            let want = room
+                .available_permits()
+                .min(self.config.batch_size.max(1) as usize);
+            let leased_at = Instant::now();
+            let leased = match self
+                .store
+                .lease_effects(&self.owner, self.config.lease_ms, want as i64)
+                .await
+            {
+                Ok(leased) => leased,
                 Err(err) => {
-                    tracing::warn!(error = %err, "dispatch step failed; retrying");
-                    false
+                    tracing::warn!(error = %err, "leasing effects failed; retrying");
+                    Vec::new()
                 }
             };
-            if full && !shutdown.is_cancelled() {
+            let full = leased.len() >= want;
+            for l in leased {
+                // There is room for all of them (only this loop takes it).
+                let Ok(permit) = room.clone().acquire_owned().await else {
+                    return;
+                };
+                let this = self.clone();
+                let done = done.clone();
+                let span = observe::dispatch_span(&l);
+                tokio::spawn(
+                    async move {
+                        let decision = this.decide(l, leased_at).await;
+                        // Closed only once the recorder is gone (shutdown
+                        // waits for it), and then the lease expires.
+                        let _ = done.send(InFlight { decision, permit });
+                    }
+                    .instrument(span),
+                );
+            }
+            if full {
                 continue;
             }
             tokio::select! {
@@ -165,6 +250,58 @@ impl Dispatcher {
                 () = tokio::time::sleep(Duration::from_millis(self.config.idle_poll_ms)) => {}
             }
         }
+    }
+
+    /// Records decisions as they come, all that are waiting at once (up to
+    /// `batch_size`), until every sender is done. A failed write is retried
+    /// a few times (the effects stay leased meanwhile); if it never
+    /// succeeds their leases expire to `unknown`, never back to `pending`.
+    async fn record_loop(self: Arc<Self>, mut decisions: mpsc::UnboundedReceiver<InFlight>) {
+        let max = self.config.batch_size.max(1) as usize;
+        let mut batch = Vec::with_capacity(max);
+        while decisions.recv_many(&mut batch, max).await > 0 {
+            let (decided, permits): (Vec<Decision>, Vec<_>) =
+                batch.drain(..).map(|f| (f.decision, f.permit)).unzip();
+            let mut delay = Duration::from_millis(100);
+            while let Err(err) = self.record(&decided, &mut StepReport::default()).await {
+                if delay > RECORD_RETRY_MAX {
+                    tracing::error!(error = %err, count = decided.len(), "recording dispatch outcomes failed; their leases will expire to unknown");
+                    break;
+                }
+                tracing::warn!(error = %err, retry_in_ms = delay.as_millis() as u64, "recording dispatch outcomes failed");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+            // Room for more only once recorded: the lease table never
+            // holds more than `max_in_flight` of this dispatcher's effects.
+            drop(permits);
+        }
+    }
+
+    /// Records decisions in one transaction and counts what happened.
+    async fn record(
+        &self,
+        decisions: &[Decision],
+        report: &mut StepReport,
+    ) -> Result<(), StoreError> {
+        if decisions.iter().any(|d| d.attempt.is_some()) {
+            // Sent and answered, not yet recorded (the chaos tests die here).
+            crate::chaos::point("after_send_before_record");
+        }
+        for outcome in &self.store.record_decisions(decisions).await? {
+            match outcome {
+                Recorded::Lost => report.lost += 1,
+                Recorded::Written { ended: Some(run) } => self.metrics.run_moved(run),
+                Recorded::Written { ended: None } => {}
+            }
+        }
+        if report.lost > 0 {
+            tracing::warn!(
+                count = report.lost,
+                "leases lost before their outcome was recorded"
+            );
+        }
+        Ok(())
     }
 
     /// One step: expire dead leases, lease a batch, send it concurrently,
@@ -204,24 +341,7 @@ impl Dispatcher {
             .iter()
             .filter(|d| d.verdict == Verdict::Release)
             .count();
-        if report.sent > 0 {
-            // Sent and answered, not yet recorded (the chaos tests die here).
-            crate::chaos::point("after_send_before_record");
-        }
-        let recorded = self.store.record_decisions(&decisions).await?;
-        for outcome in &recorded {
-            match outcome {
-                Recorded::Lost => report.lost += 1,
-                Recorded::Written { ended: Some(run) } => self.metrics.run_moved(run),
-                Recorded::Written { ended: None } => {}
-            }
-        }
-        if report.lost > 0 {
-            tracing::warn!(
-                count = report.lost,
-                "leases lost before their outcome was recorded"
-            );
-        }
+        self.record(&decisions, &mut report).await?;
         Ok(report)
     }
 

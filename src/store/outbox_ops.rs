@@ -8,16 +8,21 @@
 macro_rules! outbox_ops {
     ($db:ty) => {
         pub(crate) mod outbox {
+            use std::collections::HashMap;
+
             use serde_json::{json, Value};
             use sqlx::Pool;
 
-            use super::{owner_move, record, Cx, MoveFields, WriteTx};
+            use super::{audit_entry, owner_move, record, Cx, MoveFields, WriteTx};
             use $crate::deadletter::{DeadLetterClass, DeadLetterInput};
             use $crate::ledger::{Move, Moved, OwnerCall, Run};
             use $crate::outbox::{
                 ActionSwitch, AttemptView, Decision, Effect, FailClass, Leased, NewEffect, Recorded, Verdict,
             };
-            use $crate::store::row::{AttemptRow, EffectRow, RunRow, SwitchRow};
+            use $crate::store::row::{
+                AttemptBatchRow, AttemptRow, AuditBatchRow, EffectRow, RunKeyBatchRow, RunRow, SwitchRow,
+                VerdictBatchRow,
+            };
             use $crate::store::sql::Statements;
             use $crate::store::{Result, StoreError};
 
@@ -86,79 +91,146 @@ macro_rules! outbox_ops {
 
             /// Records a batch of decisions in one transaction: each by
             /// compare-and-set on its lease, with its attempt evidence and
-            /// its run's move (see [`Recorded`]).
+            /// its run's move (see [`Recorded`]). The effects, their
+            /// attempts, the runs they complete and those runs' audit
+            /// entries are written a statement each, whatever the batch's
+            /// size; only a failure that ends a run is written on its own.
             pub(crate) async fn record_decisions(cx: &Cx<'_>, decisions: &[Decision]) -> Result<Vec<Recorded>> {
                 let mut tx = cx.write.begin().await?;
-                let mut recorded = Vec::with_capacity(decisions.len());
-                for decision in decisions {
-                    recorded.push(record_one(&mut tx, cx, decision).await?);
-                }
+                let recorded = record_batch(&mut tx, cx, decisions).await?;
                 $crate::chaos::before_commit::<$db>();
                 tx.commit().await?;
                 Ok(recorded)
             }
 
-            async fn record_one(tx: &mut WriteTx, cx: &Cx<'_>, decision: &Decision) -> Result<Recorded> {
-                let Decision { leased, verdict, attempt } = decision;
-                let attempt = attempt.as_ref();
-                let (next_at, error) = match verdict {
-                    Verdict::Retry { at } | Verdict::Unknown { at } => (Some(*at), None),
-                    Verdict::Failed { reason, .. } => (None, Some(reason.as_str())),
-                    Verdict::Completed { .. } | Verdict::Release => (None, None),
-                };
-                let external_ref = match verdict {
-                    Verdict::Completed { external_ref } => external_ref.as_deref(),
-                    _ => None,
-                };
-                let error = error.or(attempt.and_then(|a| a.error.as_deref()));
-                let sent = i64::from(attempt.is_some_and(|a| a.sent));
-                let updated = sqlx::query_as::<_, EffectRow>(&cx.st.outbox.record)
+            async fn record_batch(tx: &mut WriteTx, cx: &Cx<'_>, decisions: &[Decision]) -> Result<Vec<Recorded>> {
+                let verdicts: Vec<VerdictBatchRow<'_>> = decisions.iter().map(VerdictBatchRow::new).collect();
+                let rows = sqlx::query_as::<_, EffectRow>(&cx.st.outbox.record_batch)
                     .bind(cx.now)
-                    .bind(&leased.effect.id)
-                    .bind(&leased.owner)
-                    .bind(verdict.state())
-                    .bind(next_at)
-                    .bind(sent)
-                    .bind(external_ref)
-                    .bind(attempt.and_then(|a| a.status))
-                    .bind(attempt.map(|a| a.class.as_str()))
-                    .bind(error)
-                    .bind(attempt.map(|a| a.started_at))
-                    .fetch_optional(&mut **tx)
+                    .bind(to_json(&verdicts)?)
+                    .fetch_all(&mut **tx)
                     .await?;
-                let Some(row) = updated else { return Ok(Recorded::Lost) };
-                let effect = row.into_effect()?;
-                if let Some(attempt) = attempt {
-                    let mut evidence = attempt.evidence.clone();
-                    let redactor = &cx.st.redactor;
-                    if redactor.applies(&effect.namespace) {
-                        let secrets = redactor.secrets_in(&effect.namespace, effect.new.body.as_deref());
-                        redactor.evidence(&effect.namespace, &mut evidence, &secrets);
-                    }
-                    sqlx::query(&cx.st.outbox.insert_attempt)
-                        .bind(&effect.id)
-                        .bind(&leased.owner)
-                        .bind(attempt.started_at)
-                        .bind(attempt.finished_at)
-                        .bind(&attempt.class)
-                        .bind(attempt.status)
-                        .bind(&attempt.error)
-                        .bind(evidence.to_string())
-                        .execute(&mut **tx)
-                        .await?;
+                let mut written: HashMap<String, Effect> = HashMap::with_capacity(rows.len());
+                for row in rows {
+                    let effect = row.into_effect()?;
+                    written.insert(effect.id.clone(), effect);
                 }
-                if matches!(verdict, Verdict::Completed { .. }) {
-                    // The effect is recorded, its run not yet moved: both
+                insert_attempts(tx, cx, decisions, &written).await?;
+                let mut recorded = Vec::with_capacity(decisions.len());
+                // The completed effects' runs, each with its last decision in the batch.
+                let mut completing: Vec<(&Effect, usize)> = Vec::new();
+                for (i, Decision { leased, verdict, .. }) in decisions.iter().enumerate() {
+                    let Some(effect) = written.get(&leased.effect.id) else {
+                        recorded.push(Recorded::Lost);
+                        continue;
+                    };
+                    let ended = if matches!(verdict, Verdict::Completed { .. }) {
+                        if effect.new.operation != $crate::approval::CALLBACK_OPERATION {
+                            completing.retain(|(e, _)| (&e.namespace, &e.key) != (&effect.namespace, &effect.key));
+                            completing.push((effect, i));
+                        }
+                        None
+                    } else {
+                        fail_run(tx, cx, effect, verdict, &leased.owner).await?
+                    };
+                    recorded.push(Recorded::Written { ended: ended.map(Box::new) });
+                }
+                if !completing.is_empty() {
+                    // The effects are recorded, their runs not yet moved: both
                     // are in this transaction, so a crash here undoes both.
                     $crate::chaos::point("after_record_before_completion");
+                    for (run, i) in complete_runs(tx, cx, &completing, decisions).await? {
+                        recorded[i] = Recorded::Written { ended: Some(Box::new(run)) };
+                    }
                 }
-                let ended = settle_run(tx, cx, &effect, verdict, &leased.owner).await?;
-                Ok(Recorded::Written { ended: ended.map(Box::new) })
+                Ok(recorded)
             }
 
-            /// Moves the effect's run when the verdict decides it; returns
-            /// the run when it reached a final state.
-            async fn settle_run(
+            /// The evidence of every recorded decision that made an attempt,
+            /// redacted as the namespace asks.
+            async fn insert_attempts(
+                tx: &mut WriteTx,
+                cx: &Cx<'_>,
+                decisions: &[Decision],
+                written: &HashMap<String, Effect>,
+            ) -> Result<()> {
+                let redactor = &cx.st.redactor;
+                let evidence: Vec<(&Decision, &$crate::outbox::AttemptRecord, Value)> = decisions
+                    .iter()
+                    .filter_map(|d| {
+                        let attempt = d.attempt.as_ref()?;
+                        let effect = written.get(&d.leased.effect.id)?;
+                        let mut evidence = attempt.evidence.clone();
+                        if redactor.applies(&effect.namespace) {
+                            let secrets = redactor.secrets_in(&effect.namespace, effect.new.body.as_deref());
+                            redactor.evidence(&effect.namespace, &mut evidence, &secrets);
+                        }
+                        Some((d, attempt, evidence))
+                    })
+                    .collect();
+                if evidence.is_empty() {
+                    return Ok(());
+                }
+                let rows: Vec<AttemptBatchRow<'_>> = evidence
+                    .iter()
+                    .map(|(d, attempt, evidence)| AttemptBatchRow::new(&d.leased.effect.id, &d.leased.owner, attempt, evidence))
+                    .collect();
+                sqlx::query(&cx.st.outbox.insert_attempts).bind(to_json(&rows)?).execute(&mut **tx).await?;
+                Ok(())
+            }
+
+            /// Completes the runs of `completing` that have nothing left
+            /// outstanding, with an audit entry each naming the last effect;
+            /// returns each completed run with its decision's index.
+            async fn complete_runs(
+                tx: &mut WriteTx,
+                cx: &Cx<'_>,
+                completing: &[(&Effect, usize)],
+                decisions: &[Decision],
+            ) -> Result<Vec<(Run, usize)>> {
+                let keys: Vec<RunKeyBatchRow<'_>> =
+                    completing.iter().map(|(e, _)| RunKeyBatchRow::new(&e.namespace, &e.key)).collect();
+                let rows = sqlx::query_as::<_, RunRow>(&cx.st.outbox.complete_runs)
+                    .bind(cx.now)
+                    .bind(to_json(&keys)?)
+                    .fetch_all(&mut **tx)
+                    .await?;
+                if rows.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let mut completed = Vec::with_capacity(rows.len());
+                let mut entries = Vec::with_capacity(rows.len());
+                for row in &rows {
+                    let run = row.to_run()?;
+                    let Some((effect, i)) = completing
+                        .iter()
+                        .find(|(e, _)| e.namespace == run.namespace.as_str() && e.key == run.key.as_str())
+                    else {
+                        return Err(StoreError::Corrupt(format!("completed run {} was not asked for", run.key.as_str())));
+                    };
+                    let detail = json!({ "last_effect_id": effect.id, "external_ref": effect.external_ref });
+                    let actor = &decisions[*i].leased.owner;
+                    entries.push(audit_entry(cx.st, row, &run, Move::EffectsCompleted, actor, detail));
+                    completed.push((run, *i));
+                }
+                let audits: Vec<AuditBatchRow<'_>> = rows
+                    .iter()
+                    .zip(&entries)
+                    .map(|(row, entry)| AuditBatchRow::new(entry, row.audit_head.as_deref()))
+                    .collect();
+                sqlx::query(&cx.st.append_audits).bind(to_json(&audits)?).execute(&mut **tx).await?;
+                Ok(completed)
+            }
+
+            fn to_json<T: serde::Serialize>(rows: &T) -> Result<String> {
+                serde_json::to_string(rows).map_err(|e| StoreError::Corrupt(format!("a batch would not serialize: {e}")))
+            }
+
+            /// Ends the effect's run when its verdict is a failure that
+            /// stops it (a business rejection: `failed_terminal`; anything
+            /// else: `dead_lettered`, with a dead letter); returns the run
+            /// when it moved.
+            async fn fail_run(
                 tx: &mut WriteTx,
                 cx: &Cx<'_>,
                 effect: &Effect,
@@ -170,7 +242,6 @@ macro_rules! outbox_ops {
                     return Ok(None);
                 }
                 let (to, reason, kind) = match verdict {
-                    Verdict::Completed { .. } => return complete_run_if_done(tx, cx, effect, actor).await,
                     Verdict::Failed { class: FailClass::Rejected, reason } => {
                         ("failed_terminal", reason, Move::EffectRejected)
                     }

@@ -14,18 +14,21 @@ pub struct OutboxStatements {
     pub lease: [String; 2],
     /// The run fields the sends of one lease need. Binds: owner.
     pub runs_for_send: String,
-    /// Records a verdict by compare-and-set on the lease. Binds: now, id,
-    /// owner, state, next_attempt_at, sent (0/1), external_ref, status,
-    /// class, error, started_at.
-    pub record: String,
-    /// Appends an attempt's evidence. Binds: effect_id, dispatcher,
-    /// started_at, finished_at, class, status, error, evidence.
-    pub insert_attempt: String,
+    /// Records a batch of verdicts, each by compare-and-set on its lease;
+    /// returns the effects written (a lost lease returns nothing). Binds:
+    /// now, a JSON array of [`VerdictBatchRow`](super::row::VerdictBatchRow).
+    pub record_batch: String,
+    /// Appends attempts' evidence (at most one per effect). Binds: a JSON
+    /// array of [`AttemptBatchRow`](super::row::AttemptBatchRow).
+    pub insert_attempts: String,
     /// `sending` effects whose lease expired become `unknown`. Binds: now.
     pub expire: String,
     /// Completes an approved run with no outstanding effect (callbacks do
     /// not count). Binds: now, namespace, key.
     pub complete_run: String,
+    /// `complete_run` for a set of runs; returns those it completed.
+    /// Binds: now, a JSON array of [`RunKeyBatchRow`](super::row::RunKeyBatchRow).
+    pub complete_runs: String,
     /// Moves an approved run to `$4` with reason `$5`. Binds: now, namespace, key, state, reason.
     pub fail_run: String,
     /// Cancels a pending effect. Binds: now, id.
@@ -54,41 +57,86 @@ impl OutboxStatements {
         };
         Self {
             lease: ["unknown", "pending"].map(|state| {
-                format!(
-                    "UPDATE effects SET state = 'sending', lease_owner = $2, \
-                         lease_expires_at = {now} + $3, updated_at = {now} \
-                     WHERE id IN (SELECT e.id FROM effects e \
+                let due = format!(
+                    "SELECT e.id AS picked_id FROM effects e \
                          JOIN runs r ON r.namespace = e.namespace AND r.run_key = e.run_key \
                          WHERE e.state = '{state}' AND e.next_attempt_at <= {now} \
                            AND (e.not_before IS NULL OR e.not_before <= {now}) \
                            AND (r.state = 'approved' OR e.operation = '{callback}') \
                            AND NOT EXISTS (SELECT 1 FROM action_switches s WHERE s.enabled = 0 \
                                AND (s.scope = '*' OR s.scope = e.target)) \
-                         ORDER BY e.next_attempt_at LIMIT $4 {skip_locked}) \
-                       AND state = '{state}' \
-                     RETURNING {EFFECT_COLUMNS}",
+                         ORDER BY e.next_attempt_at LIMIT $4 {skip_locked}",
                     callback = crate::approval::CALLBACK_OPERATION,
+                );
+                // PostgreSQL may run a `LIMIT … SKIP LOCKED` subquery of an
+                // `IN` more than once, each time skipping what the last run
+                // locked, and so lease more than the limit: the picked ids
+                // are materialized once.
+                let picked = match dialect {
+                    Dialect::Sqlite => format!("picked AS ({due})"),
+                    Dialect::Postgres => format!("picked AS MATERIALIZED ({due})"),
+                };
+                format!(
+                    "WITH {picked} \
+                     UPDATE effects SET state = 'sending', lease_owner = $2, \
+                         lease_expires_at = {now} + $3, updated_at = {now} \
+                     WHERE id IN (SELECT picked_id FROM picked) AND state = '{state}' \
+                     RETURNING {EFFECT_COLUMNS}"
                 )
             }),
             runs_for_send: "SELECT DISTINCT r.namespace, r.run_key, r.version, r.correlation_id \
                  FROM effects e JOIN runs r ON r.namespace = e.namespace AND r.run_key = e.run_key \
                  WHERE e.state = 'sending' AND e.lease_owner = $1"
                 .into(),
-            record: format!(
-                "UPDATE effects SET state = $4, next_attempt_at = COALESCE($5, next_attempt_at), \
-                     attempts = attempts + $6, external_ref = COALESCE($7, external_ref), \
-                     last_status = COALESCE($8, last_status), last_class = COALESCE($9, last_class), \
-                     last_error = $10, \
-                     first_sent_at = CASE WHEN $6 > 0 THEN COALESCE(first_sent_at, $11) ELSE first_sent_at END, \
+            record_batch: format!(
+                "UPDATE effects AS e SET state = v.v_state, \
+                     next_attempt_at = COALESCE(v.v_next_at, e.next_attempt_at), \
+                     attempts = e.attempts + v.v_sent, \
+                     external_ref = COALESCE(v.v_external_ref, e.external_ref), \
+                     last_status = COALESCE(v.v_status, e.last_status), \
+                     last_class = COALESCE(v.v_class, e.last_class), last_error = v.v_error, \
+                     first_sent_at = CASE WHEN v.v_sent > 0 \
+                         THEN COALESCE(e.first_sent_at, v.v_started_at) ELSE e.first_sent_at END, \
                      lease_owner = NULL, lease_expires_at = NULL, updated_at = {now} \
-                 WHERE id = $2 AND lease_owner = $3 AND state = 'sending' \
-                 RETURNING {EFFECT_COLUMNS}"
+                 FROM {verdicts} \
+                 WHERE e.id = v.v_id AND e.lease_owner = v.v_owner AND e.state = 'sending' \
+                 RETURNING {EFFECT_COLUMNS}",
+                verdicts = dialect.json_rows(
+                    "$2",
+                    &[
+                        ("v_id", "text"),
+                        ("v_owner", "text"),
+                        ("v_state", "text"),
+                        ("v_next_at", "bigint"),
+                        ("v_sent", "bigint"),
+                        ("v_external_ref", "text"),
+                        ("v_status", "bigint"),
+                        ("v_class", "text"),
+                        ("v_error", "text"),
+                        ("v_started_at", "bigint"),
+                    ],
+                ),
             ),
-            insert_attempt: "INSERT INTO effect_attempts (effect_id, attempt, dispatcher, started_at, \
-                 finished_at, class, status, error, evidence) \
-                 VALUES ($1, (SELECT COUNT(*) + 1 FROM effect_attempts WHERE effect_id = $1), \
-                     $2, $3, $4, $5, $6, $7, $8)"
-                .into(),
+            insert_attempts: format!(
+                "INSERT INTO effect_attempts (effect_id, attempt, dispatcher, started_at, \
+                     finished_at, class, status, error, evidence) \
+                 SELECT v_id, (SELECT COUNT(*) + 1 FROM effect_attempts a WHERE a.effect_id = v_id), \
+                     v_owner, v_started_at, v_finished_at, v_class, v_status, v_error, v_evidence \
+                 FROM {attempts}",
+                attempts = dialect.json_rows(
+                    "$1",
+                    &[
+                        ("v_id", "text"),
+                        ("v_owner", "text"),
+                        ("v_started_at", "bigint"),
+                        ("v_finished_at", "bigint"),
+                        ("v_class", "text"),
+                        ("v_status", "bigint"),
+                        ("v_error", "text"),
+                        ("v_evidence", "text"),
+                    ],
+                ),
+            ),
             expire: format!(
                 "UPDATE effects SET state = 'unknown', last_class = 'lost', next_attempt_at = {now}, \
                      last_error = 'the dispatcher holding the lease stopped before recording', \
@@ -103,6 +151,19 @@ impl OutboxStatements {
                        AND e.state NOT IN ('completed', 'cancelled') \
                        AND e.operation <> '{callback}') \
                  RETURNING {RUN_COLUMNS}",
+                callback = crate::approval::CALLBACK_OPERATION,
+            ),
+            complete_runs: format!(
+                "UPDATE runs SET state = 'completed', prev_state = state, version = version + 1, \
+                     audit_seq = audit_seq + 1, updated_at = {now} \
+                 WHERE (namespace, run_key) IN (SELECT v_ns, v_key FROM {runs}) \
+                   AND state = 'approved' \
+                   AND NOT EXISTS (SELECT 1 FROM effects e \
+                       WHERE e.namespace = runs.namespace AND e.run_key = runs.run_key \
+                       AND e.state NOT IN ('completed', 'cancelled') \
+                       AND e.operation <> '{callback}') \
+                 RETURNING {RUN_COLUMNS}",
+                runs = dialect.json_rows("$2", &[("v_ns", "text"), ("v_key", "text")]),
                 callback = crate::approval::CALLBACK_OPERATION,
             ),
             fail_run: format!(

@@ -8,7 +8,9 @@ use crate::ledger::{
 };
 
 use super::{StoreError, StoredToken};
-use crate::outbox::{ActionSwitch, AttemptView, Effect, EffectState, NewEffect};
+use crate::outbox::{
+    ActionSwitch, AttemptRecord, AttemptView, Decision, Effect, EffectState, NewEffect, Verdict,
+};
 
 /// A `runs` row plus the statement's notion of "now".
 #[derive(Debug, sqlx::FromRow)]
@@ -271,6 +273,144 @@ impl From<SwitchRow> for ActionSwitch {
             enabled: row.enabled != 0,
             changed_by: row.changed_by,
             changed_at: row.changed_at,
+        }
+    }
+}
+
+// Rows written in batches: serialized as one JSON array bound to one
+// statement, which reads them back with `Dialect::json_rows` (each field is
+// a column of `v`, hence the `v_` prefix).
+
+/// One audit entry of [`Statements::append_audits`](super::sql::Statements::append_audits).
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct AuditBatchRow<'a> {
+    v_ns: &'a str,
+    v_key: &'a str,
+    v_seq: i64,
+    v_kind: &'a str,
+    v_actor: &'a str,
+    v_from: Option<&'a str>,
+    v_to: Option<&'a str>,
+    v_version: Option<i64>,
+    v_detail: String,
+    v_prev: Option<&'a str>,
+    v_hash: String,
+    v_at: Millis,
+}
+
+impl<'a> AuditBatchRow<'a> {
+    /// `entry` chained onto `prev_hash`, its run's chain head.
+    pub(crate) fn new(entry: &'a AuditEntry, prev_hash: Option<&'a str>) -> Self {
+        Self {
+            v_ns: &entry.namespace,
+            v_key: &entry.key,
+            v_seq: entry.seq,
+            v_kind: &entry.kind,
+            v_actor: &entry.actor,
+            v_from: entry.from_state.as_deref(),
+            v_to: entry.to_state.as_deref(),
+            v_version: entry.version,
+            v_detail: entry.detail.to_string(),
+            v_prev: prev_hash,
+            v_hash: entry.chain_hash(prev_hash),
+            v_at: entry.created_at,
+        }
+    }
+}
+
+/// One verdict of [`OutboxStatements::record_batch`](super::outbox_sql::OutboxStatements::record_batch).
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct VerdictBatchRow<'a> {
+    v_id: &'a str,
+    v_owner: &'a str,
+    v_state: &'static str,
+    v_next_at: Option<Millis>,
+    v_sent: i64,
+    v_external_ref: Option<&'a str>,
+    v_status: Option<i64>,
+    v_class: Option<&'a str>,
+    v_error: Option<&'a str>,
+    v_started_at: Option<Millis>,
+}
+
+impl<'a> VerdictBatchRow<'a> {
+    pub(crate) fn new(decision: &'a Decision) -> Self {
+        let Decision {
+            leased,
+            verdict,
+            attempt,
+        } = decision;
+        let attempt = attempt.as_ref();
+        let (next_at, error) = match verdict {
+            Verdict::Retry { at } | Verdict::Unknown { at } => (Some(*at), None),
+            Verdict::Failed { reason, .. } => (None, Some(reason.as_str())),
+            Verdict::Completed { .. } | Verdict::Release => (None, None),
+        };
+        let external_ref = match verdict {
+            Verdict::Completed { external_ref } => external_ref.as_deref(),
+            _ => None,
+        };
+        Self {
+            v_id: &leased.effect.id,
+            v_owner: &leased.owner,
+            v_state: verdict.state(),
+            v_next_at: next_at,
+            v_sent: i64::from(attempt.is_some_and(|a| a.sent)),
+            v_external_ref: external_ref,
+            v_status: attempt.and_then(|a| a.status),
+            v_class: attempt.map(|a| a.class.as_str()),
+            v_error: error.or(attempt.and_then(|a| a.error.as_deref())),
+            v_started_at: attempt.map(|a| a.started_at),
+        }
+    }
+}
+
+/// One attempt of [`OutboxStatements::insert_attempts`](super::outbox_sql::OutboxStatements::insert_attempts).
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct AttemptBatchRow<'a> {
+    v_id: &'a str,
+    v_owner: &'a str,
+    v_started_at: Millis,
+    v_finished_at: Millis,
+    v_class: &'a str,
+    v_status: Option<i64>,
+    v_error: Option<&'a str>,
+    v_evidence: String,
+}
+
+impl<'a> AttemptBatchRow<'a> {
+    /// `attempt` of the effect `id`, with its evidence as stored (redacted).
+    pub(crate) fn new(
+        id: &'a str,
+        owner: &'a str,
+        attempt: &'a AttemptRecord,
+        evidence: &serde_json::Value,
+    ) -> Self {
+        Self {
+            v_id: id,
+            v_owner: owner,
+            v_started_at: attempt.started_at,
+            v_finished_at: attempt.finished_at,
+            v_class: &attempt.class,
+            v_status: attempt.status,
+            v_error: attempt.error.as_deref(),
+            v_evidence: evidence.to_string(),
+        }
+    }
+}
+
+/// A run named by its identity, for statements over a set of runs.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct RunKeyBatchRow<'a> {
+    v_ns: &'a str,
+    v_key: &'a str,
+}
+
+impl<'a> RunKeyBatchRow<'a> {
+    pub(crate) fn new(namespace: &'a str, key: &'a str) -> Self {
+        Self {
+            v_ns: namespace,
+            v_key: key,
         }
     }
 }

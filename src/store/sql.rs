@@ -31,6 +31,31 @@ impl Dialect {
         }
     }
 
+    /// Rows read from a JSON array of objects bound as `param`, as a
+    /// table `v` with the given `(column, PostgreSQL type)`s: each
+    /// object's keys are the column names. One statement then writes a
+    /// whole batch (SQLite `json_each`, PostgreSQL `jsonb_to_recordset`).
+    /// Name the columns so that none clashes with the table the statement
+    /// writes (a `v_` prefix), or unqualified names become ambiguous.
+    pub(crate) fn json_rows(self, param: &str, columns: &[(&str, &str)]) -> String {
+        match self {
+            Self::Sqlite => {
+                let cols: Vec<String> = columns
+                    .iter()
+                    .map(|(c, _)| format!("value->>'{c}' AS {c}"))
+                    .collect();
+                format!("(SELECT {} FROM json_each({param})) AS v", cols.join(", "))
+            }
+            Self::Postgres => {
+                let cols: Vec<String> = columns.iter().map(|(c, t)| format!("{c} {t}")).collect();
+                format!(
+                    "jsonb_to_recordset({param}::jsonb) AS v({})",
+                    cols.join(", ")
+                )
+            }
+        }
+    }
+
     fn least(self) -> &'static str {
         match self {
             Self::Sqlite => "MIN",
@@ -79,6 +104,9 @@ pub struct Statements {
     /// Appends an audit entry and moves its run's chain head to it, in one
     /// round trip (the binds of `insert_audit`).
     pub append_audit: String,
+    /// `append_audit` for many runs at once (one entry per run). Binds: a
+    /// JSON array of [`AuditBatchRow`](super::row::AuditBatchRow).
+    pub append_audits: String,
     /// One run's audit trail. Binds: namespace, key.
     pub audit_trail: String,
     /// Stored token digests.
@@ -189,10 +217,42 @@ impl Statements {
             Dialect::Sqlite => format!("{insert_audit}; {move_head}"),
             Dialect::Postgres => format!("WITH appended AS ({insert_audit}) {move_head}"),
         };
+        let audit_rows = dialect.json_rows(
+            "$1",
+            &[
+                ("v_ns", "text"),
+                ("v_key", "text"),
+                ("v_seq", "bigint"),
+                ("v_kind", "text"),
+                ("v_actor", "text"),
+                ("v_from", "text"),
+                ("v_to", "text"),
+                ("v_version", "bigint"),
+                ("v_detail", "text"),
+                ("v_prev", "text"),
+                ("v_hash", "text"),
+                ("v_at", "bigint"),
+            ],
+        );
+        let insert_audits = format!(
+            "INSERT INTO audit_events (namespace, run_key, seq, kind, actor, from_state, to_state, \
+                 version, detail, prev_hash, hash, created_at) \
+             SELECT v_ns, v_key, v_seq, v_kind, v_actor, v_from, v_to, v_version, v_detail, v_prev, \
+                 v_hash, v_at FROM {audit_rows}"
+        );
+        let move_heads = format!(
+            "UPDATE runs AS r SET audit_head = v.v_hash FROM {audit_rows} \
+             WHERE r.namespace = v.v_ns AND r.run_key = v.v_key"
+        );
+        let append_audits = match dialect {
+            Dialect::Sqlite => format!("{insert_audits}; {move_heads}"),
+            Dialect::Postgres => format!("WITH appended AS ({insert_audits}) {move_heads}"),
+        };
         Self {
             claim,
             settled,
             append_audit,
+            append_audits,
             fetch: format!("SELECT {RUN_COLUMNS} FROM runs WHERE namespace = $1 AND run_key = $2"),
             fetch_by_business_key: format!(
                 "SELECT {RUN_COLUMNS} FROM runs WHERE business_key = $1"
@@ -311,10 +371,24 @@ macro_rules! ledger_ops {
             run: &Run,
             kind: Move,
             actor: &str,
-            mut detail: Value,
+            detail: Value,
         ) -> Result<()> {
+            let entry = audit_entry(st, row, run, kind, actor, detail);
+            append_audit(tx, st, row, &entry).await
+        }
+
+        /// The audit entry for a move, its detail redacted, at the sequence
+        /// number the statement that returned `row` reserved.
+        pub(crate) fn audit_entry(
+            st: &Statements,
+            row: &RunRow,
+            run: &Run,
+            kind: Move,
+            actor: &str,
+            mut detail: Value,
+        ) -> AuditEntry {
             st.redactor.value(run.namespace.as_str(), &mut detail);
-            let entry = AuditEntry {
+            AuditEntry {
                 namespace: run.namespace.to_string(),
                 key: run.key.to_string(),
                 seq: row.audit_seq,
@@ -325,8 +399,7 @@ macro_rules! ledger_ops {
                 version: Some(run.version.get()),
                 detail,
                 created_at: run.updated_at,
-            };
-            append_audit(tx, st, row, &entry).await
+            }
         }
 
         /// Appends an audit entry at the sequence number the statement that

@@ -584,3 +584,43 @@ async fn kill_switch_engaged_between_lease_and_send_holds_the_rest() {
     );
     app.stop().await;
 }
+
+/// Many dispatchers leasing at once never get more than they asked for,
+/// and never the same effect twice (PostgreSQL could run a `LIMIT … SKIP
+/// LOCKED` subquery more than once and overshoot the limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_leases_keep_to_their_limit_and_never_overlap() {
+    let mock = MockTarget::start().await;
+    let app = app_with(Backend::Postgres, &mock).await;
+    for i in 0..300 {
+        crate::harness::queue_effect(
+            &app.store,
+            &format!("l{i}"),
+            "mock",
+            format!("{}/send", mock.base_url()),
+        )
+        .await;
+    }
+    let leases = join_all((0..12).map(|n| {
+        let store = app.store.clone();
+        async move {
+            store
+                .lease_effects(&format!("d{n}"), 60_000, 7)
+                .await
+                .unwrap()
+        }
+    }))
+    .await;
+    let mut ids = std::collections::HashSet::new();
+    for leased in &leases {
+        assert!(leased.len() <= 7, "a lease of 7 returned {}", leased.len());
+        for l in leased {
+            assert!(
+                ids.insert(l.effect.id.clone()),
+                "{} leased twice",
+                l.effect.id
+            );
+        }
+    }
+    assert_eq!(ids.len(), 84, "every lease filled: 12 × 7 of 300 due");
+}

@@ -38,9 +38,10 @@ pub struct DispatchArgs {
     /// Seconds of the latency phase.
     #[arg(long, default_value_t = 10)]
     seconds: u64,
-    /// Concurrent dispatch steps.
-    #[arg(long, default_value_t = 4)]
-    workers: usize,
+    /// The target's send slots (`concurrency`); the dispatcher keeps as
+    /// many effects in flight.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
     /// PostgreSQL server (a database is created and dropped).
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
     pg_url: String,
@@ -119,14 +120,15 @@ async fn queue(store: &SharedStore, key: &str, url: &str) -> Result<()> {
 }
 
 async fn dispatch_bench(backend: &str, args: &DispatchArgs) -> Result<String> {
-    let (effects, rate, seconds, workers) = (args.effects, args.rate, args.seconds, args.workers);
+    let (effects, rate, seconds, concurrency) =
+        (args.effects, args.rate, args.seconds, args.concurrency);
     let db = Database::create(backend, &args.pg_url, "dispatch").await?;
     let arrivals: Arrivals = Arc::default();
     let base = start_target(arrivals.clone()).await?;
     let url = format!("{base}/send");
     let config: Config = toml::from_str(&format!(
-        "[[targets]]\nname = \"local\"\nbase_url = \"{base}\"\nconcurrency = 64\n\
-         [dispatcher]\nbatch_size = 256\nidle_poll_ms = 250\nworkers = {workers}\n"
+        "[[targets]]\nname = \"local\"\nbase_url = \"{base}\"\nconcurrency = {concurrency}\n\
+         [dispatcher]\nbatch_size = 256\nidle_poll_ms = 250\n"
     ))?;
     let clock = Arc::new(SystemClock);
     let options = StoreOptions {
