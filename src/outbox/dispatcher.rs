@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use rand::SeedableRng;
 use serde::Deserialize;
-use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -66,14 +66,18 @@ impl Default for DispatcherConfig {
 /// How often the leaser turns expired `sending` leases into `unknown`.
 const EXPIRY_EVERY: Duration = Duration::from_secs(1);
 
+/// Leases in flight at once (each a transaction on its own connection).
+const LEASERS: usize = 1;
+
+/// Record transactions in flight at once: while they commit, the next
+/// decisions gather into the next batch.
+const RECORDERS: usize = 4;
+
+/// How long the leaser, with a backlog, waits for room to fill a batch.
+const BATCH_GATHER: Duration = Duration::from_millis(2);
+
 /// The longest pause between retries of a failed record write.
 const RECORD_RETRY_MAX: Duration = Duration::from_secs(2);
-
-/// A decision on its way to the recorder, holding its place in flight.
-struct InFlight {
-    decision: Decision,
-    permit: OwnedSemaphorePermit,
-}
 
 /// What one step did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -147,9 +151,9 @@ impl Dispatcher {
     }
 
     /// Dispatches until `shutdown`, as a pipeline: the leaser keeps up to
-    /// `max_in_flight` effects leased, each is sent as soon as its target
-    /// has a slot, and the recorder writes the decisions that have come in
-    /// a batch at a time. No send waits for another (a slow target holds
+    /// `max_in_flight` effects leased and not yet sent, each is sent as soon
+    /// as its target has a slot, and the recorder writes the decisions that
+    /// have come in (a bounded queue of them), a batch at a time. No send waits for another (a slow target holds
     /// up only its own effects), and the database sees one lease and one
     /// record transaction per batch. On `shutdown` it stops leasing, lets
     /// every send in flight finish and records it.
@@ -157,12 +161,25 @@ impl Dispatcher {
         let capacity = self.max_in_flight();
         tracing::info!(owner = %self.owner, max_in_flight = capacity, "dispatcher started");
         let room = Arc::new(Semaphore::new(capacity));
-        let (done, decisions) = mpsc::unbounded_channel();
+        let (done, decisions) = mpsc::channel(self.batch());
         let recorder = tokio::spawn(self.clone().record_loop(decisions));
-        self.lease_loop(&room, &done, &shutdown).await;
+        let leasers: Vec<_> = (0..LEASERS)
+            .map(|n| {
+                let (this, room, done, shutdown) =
+                    (self.clone(), room.clone(), done.clone(), shutdown.clone());
+                tokio::spawn(async move { this.lease_loop(n == 0, &room, &done, &shutdown).await })
+            })
+            .collect();
         drop(done);
+        for leaser in leasers {
+            let _ = leaser.await;
+        }
         let _ = recorder.await;
         tracing::info!(owner = %self.owner, "dispatcher stopped");
+    }
+
+    fn batch(&self) -> usize {
+        self.config.batch_size.max(1) as usize
     }
 
     /// Most effects in flight: the configured value, or the sum of the
@@ -180,22 +197,46 @@ impl Dispatcher {
     }
 
     /// Leases while there is room and effects are due; sleeps until woken
-    /// (a commit, the idle poll, a recorded batch freeing room) otherwise.
+    /// (a commit, the idle poll) otherwise. Each lease takes its room
+    /// first, and each effect holds its share until its decision is queued
+    /// for the recorder: a crash turns every leased effect `unknown`, and
+    /// those not yet sent are few. `expires`: this loop also turns dead
+    /// leases `unknown`.
     async fn lease_loop(
         self: &Arc<Self>,
+        expires: bool,
         room: &Arc<Semaphore>,
-        done: &mpsc::UnboundedSender<InFlight>,
+        done: &mpsc::Sender<Decision>,
         shutdown: &CancellationToken,
     ) {
+        let half = (self.max_in_flight() / 2).clamp(1, self.batch()) as u32;
         let mut last_expiry: Option<Instant> = None;
+        let mut backlog = false;
         while !shutdown.is_cancelled() {
-            // Wait for room: only this loop takes permits, so what is
-            // available now is at least available below.
-            tokio::select! {
+            let mut taken = tokio::select! {
                 () = shutdown.cancelled() => break,
-                permit = room.clone().acquire_owned() => drop(permit),
+                permit = room.clone().acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => break,
+                },
+            };
+            // With a backlog, give the sends a moment to free more room,
+            // so that leases come in batches while the rest sends.
+            if backlog {
+                let more = room
+                    .clone()
+                    .acquire_many_owned(half.saturating_sub(1).max(1));
+                if let Ok(Ok(more)) = tokio::time::timeout(BATCH_GATHER, more).await {
+                    taken.merge(more);
+                }
             }
-            if last_expiry.is_none_or(|at| at.elapsed() >= EXPIRY_EVERY) {
+            let extra = room
+                .available_permits()
+                .min(self.batch().saturating_sub(taken.num_permits()));
+            if let Ok(more) = room.clone().try_acquire_many_owned(extra as u32) {
+                taken.merge(more);
+            }
+            if expires && last_expiry.is_none_or(|at| at.elapsed() >= EXPIRY_EVERY) {
                 last_expiry = Some(Instant::now());
                 match self.store.expire_sending().await {
                     Ok(0) => {}
@@ -207,9 +248,7 @@ impl Dispatcher {
                 }
             }
             self.switch.refresh_if_due().await;
-            let want = room
-                .available_permits()
-                .min(self.config.batch_size.max(1) as usize);
+            let want = taken.num_permits();
             let leased_at = Instant::now();
             let leased = match self
                 .store
@@ -222,11 +261,16 @@ impl Dispatcher {
                     Vec::new()
                 }
             };
-            let full = leased.len() >= want;
+            backlog = leased.len() >= want;
             for l in leased {
-                // There is room for all of them (only this loop takes it).
-                let Ok(permit) = room.clone().acquire_owned().await else {
-                    return;
+                // A lease returns at most the room it was given; should it
+                // ever return more, the rest waits for room of its own.
+                let share = match taken.split(1) {
+                    Some(share) => share,
+                    None => match room.clone().acquire_owned().await {
+                        Ok(share) => share,
+                        Err(_) => return,
+                    },
                 };
                 let this = self.clone();
                 let done = done.clone();
@@ -236,12 +280,14 @@ impl Dispatcher {
                         let decision = this.decide(l, leased_at).await;
                         // Closed only once the recorder is gone (shutdown
                         // waits for it), and then the lease expires.
-                        let _ = done.send(InFlight { decision, permit });
+                        let _ = done.send(decision).await;
+                        drop(share);
                     }
                     .instrument(span),
                 );
             }
-            if full {
+            drop(taken);
+            if backlog {
                 continue;
             }
             tokio::select! {
@@ -253,28 +299,40 @@ impl Dispatcher {
     }
 
     /// Records decisions as they come, all that are waiting at once (up to
-    /// `batch_size`), until every sender is done. A failed write is retried
-    /// a few times (the effects stay leased meanwhile); if it never
-    /// succeeds their leases expire to `unknown`, never back to `pending`.
-    async fn record_loop(self: Arc<Self>, mut decisions: mpsc::UnboundedReceiver<InFlight>) {
-        let max = self.config.batch_size.max(1) as usize;
-        let mut batch = Vec::with_capacity(max);
-        while decisions.recv_many(&mut batch, max).await > 0 {
-            let (decided, permits): (Vec<Decision>, Vec<_>) =
-                batch.drain(..).map(|f| (f.decision, f.permit)).unzip();
-            let mut delay = Duration::from_millis(100);
-            while let Err(err) = self.record(&decided, &mut StepReport::default()).await {
-                if delay > RECORD_RETRY_MAX {
-                    tracing::error!(error = %err, count = decided.len(), "recording dispatch outcomes failed; their leases will expire to unknown");
-                    break;
-                }
-                tracing::warn!(error = %err, retry_in_ms = delay.as_millis() as u64, "recording dispatch outcomes failed");
-                tokio::time::sleep(delay).await;
-                delay *= 2;
+    /// `batch_size`), in up to `RECORDERS` transactions at a time, until
+    /// every sender is done. A failed write is retried a few times (the
+    /// effects stay leased meanwhile); if it never succeeds their leases
+    /// expire to `unknown`, never back to `pending`.
+    async fn record_loop(self: Arc<Self>, mut decisions: mpsc::Receiver<Decision>) {
+        let slots = Arc::new(Semaphore::new(RECORDERS));
+        loop {
+            let Ok(slot) = slots.clone().acquire_owned().await else {
+                return;
+            };
+            let mut batch = Vec::with_capacity(self.batch());
+            if decisions.recv_many(&mut batch, self.batch()).await == 0 {
+                break;
             }
-            // Room for more only once recorded: the lease table never
-            // holds more than `max_in_flight` of this dispatcher's effects.
-            drop(permits);
+            let this = self.clone();
+            tokio::spawn(async move {
+                this.record_with_retries(&batch).await;
+                drop(slot);
+            });
+        }
+        // Every record in flight finishes before the dispatcher stops.
+        let _ = slots.acquire_many(RECORDERS as u32).await;
+    }
+
+    async fn record_with_retries(&self, decided: &[Decision]) {
+        let mut delay = Duration::from_millis(100);
+        while let Err(err) = self.record(decided, &mut StepReport::default()).await {
+            if delay > RECORD_RETRY_MAX {
+                tracing::error!(error = %err, count = decided.len(), "recording dispatch outcomes failed; their leases will expire to unknown");
+                return;
+            }
+            tracing::warn!(error = %err, retry_in_ms = delay.as_millis() as u64, "recording dispatch outcomes failed");
+            tokio::time::sleep(delay).await;
+            delay *= 2;
         }
     }
 

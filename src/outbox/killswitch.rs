@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::RwLock;
+use tokio::sync::{Mutex, RwLock};
 
 use super::ActionSwitch;
 use crate::store::SharedStore;
@@ -26,6 +26,9 @@ type Snapshot = Option<(Instant, Vec<ActionSwitch>)>;
 pub struct KillSwitch {
     store: SharedStore,
     cached: Arc<RwLock<Snapshot>>,
+    /// One refresh at a time: the sends that find the value due wait for
+    /// it instead of each reading the table.
+    refreshing: Arc<Mutex<()>>,
 }
 
 impl KillSwitch {
@@ -34,6 +37,7 @@ impl KillSwitch {
         Self {
             store,
             cached: Arc::new(RwLock::new(None)),
+            refreshing: Arc::new(Mutex::new(())),
         }
     }
 
@@ -49,15 +53,22 @@ impl KillSwitch {
 
     /// Refreshes when the cached value is over a second old.
     pub async fn refresh_if_due(&self) {
-        let due = self
-            .cached
+        if !self.due().await {
+            return;
+        }
+        let _refreshing = self.refreshing.lock().await;
+        // Another caller may have refreshed while this one waited.
+        if self.due().await {
+            self.refresh().await;
+        }
+    }
+
+    async fn due(&self) -> bool {
+        self.cached
             .read()
             .await
             .as_ref()
-            .is_none_or(|(at, _)| at.elapsed() >= REFRESH);
-        if due {
-            self.refresh().await;
-        }
+            .is_none_or(|(at, _)| at.elapsed() >= REFRESH)
     }
 
     /// Whether actions to `target` are enabled right now.

@@ -104,6 +104,13 @@ macro_rules! outbox_ops {
             }
 
             async fn record_batch(tx: &mut WriteTx, cx: &Cx<'_>, decisions: &[Decision]) -> Result<Vec<Recorded>> {
+                if let Some(lock_runs) = &cx.st.outbox.lock_runs {
+                    let runs: Vec<RunKeyBatchRow<'_>> = decisions
+                        .iter()
+                        .map(|d| RunKeyBatchRow::new(&d.leased.effect.namespace, &d.leased.effect.key))
+                        .collect();
+                    sqlx::query(lock_runs).bind(to_json(&runs)?).execute(&mut **tx).await?;
+                }
                 let verdicts: Vec<VerdictBatchRow<'_>> = decisions.iter().map(VerdictBatchRow::new).collect();
                 let rows = sqlx::query_as::<_, EffectRow>(&cx.st.outbox.record_batch)
                     .bind(cx.now)

@@ -18,6 +18,13 @@ pub struct OutboxStatements {
     /// returns the effects written (a lost lease returns nothing). Binds:
     /// now, a JSON array of [`VerdictBatchRow`](super::row::VerdictBatchRow).
     pub record_batch: String,
+    /// Locks the runs of a batch of verdicts before it is recorded, in
+    /// key order (PostgreSQL; SQLite has one writer). Two batches that
+    /// hold the last effects of one run then record one after the other,
+    /// and the second sees the first's effects completed and completes the
+    /// run; without it each would see the other's effect still `sending`.
+    /// Binds: a JSON array of [`RunKeyBatchRow`](super::row::RunKeyBatchRow).
+    pub lock_runs: Option<String>,
     /// Appends attempts' evidence (at most one per effect). Binds: a JSON
     /// array of [`AttemptBatchRow`](super::row::AttemptBatchRow).
     pub insert_attempts: String,
@@ -99,8 +106,9 @@ impl OutboxStatements {
                          THEN COALESCE(e.first_sent_at, v.v_started_at) ELSE e.first_sent_at END, \
                      lease_owner = NULL, lease_expires_at = NULL, updated_at = {now} \
                  FROM {verdicts} \
-                 WHERE e.id = v.v_id AND e.lease_owner = v.v_owner AND e.state = 'sending' \
+                 WHERE e.id = v.v_id AND e.lease_owner = v.v_owner AND {state} = 'sending' \
                  RETURNING {EFFECT_COLUMNS}",
+                state = dialect.unindexed("e.state"),
                 verdicts = dialect.json_rows(
                     "$2",
                     &[
@@ -117,6 +125,14 @@ impl OutboxStatements {
                     ],
                 ),
             ),
+            lock_runs: match dialect {
+                Dialect::Sqlite => None,
+                Dialect::Postgres => Some(format!(
+                    "SELECT 1 FROM runs WHERE (namespace, run_key) IN (SELECT v_ns, v_key FROM {runs}) \
+                     ORDER BY namespace, run_key FOR UPDATE",
+                    runs = dialect.json_rows("$1", &[("v_ns", "text"), ("v_key", "text")]),
+                )),
+            },
             insert_attempts: format!(
                 "INSERT INTO effect_attempts (effect_id, attempt, dispatcher, started_at, \
                      finished_at, class, status, error, evidence) \
@@ -157,13 +173,14 @@ impl OutboxStatements {
                 "UPDATE runs SET state = 'completed', prev_state = state, version = version + 1, \
                      audit_seq = audit_seq + 1, updated_at = {now} \
                  WHERE (namespace, run_key) IN (SELECT v_ns, v_key FROM {runs}) \
-                   AND state = 'approved' \
+                   AND {state} = 'approved' \
                    AND NOT EXISTS (SELECT 1 FROM effects e \
                        WHERE e.namespace = runs.namespace AND e.run_key = runs.run_key \
                        AND e.state NOT IN ('completed', 'cancelled') \
                        AND e.operation <> '{callback}') \
                  RETURNING {RUN_COLUMNS}",
                 runs = dialect.json_rows("$2", &[("v_ns", "text"), ("v_key", "text")]),
+                state = dialect.unindexed("state"),
                 callback = crate::approval::CALLBACK_OPERATION,
             ),
             fail_run: format!(

@@ -56,6 +56,17 @@ impl Dialect {
         }
     }
 
+    /// `column` in a condition that must not pick the index: SQLite's
+    /// planner would otherwise walk a state index (every `pending` effect,
+    /// every `approved` run) instead of looking a batch's rows up by key.
+    /// A unary `+` keeps SQLite off the index; PostgreSQL costs it right.
+    pub(crate) fn unindexed(self, column: &str) -> String {
+        match self {
+            Self::Sqlite => format!("+{column}"),
+            Self::Postgres => column.to_owned(),
+        }
+    }
+
     fn least(self) -> &'static str {
         match self {
             Self::Sqlite => "MIN",

@@ -624,3 +624,37 @@ async fn concurrent_leases_keep_to_their_limit_and_never_overlap() {
     }
     assert_eq!(ids.len(), 84, "every lease filled: 12 × 7 of 300 due");
 }
+
+/// The last two effects of one run recorded by two transactions at once
+/// (the dispatcher records up to four batches concurrently): the run still
+/// completes, because each record locks its runs first, so the second sees
+/// the first's effect completed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_last_effects_are_recorded_concurrently_completes() {
+    use oncegate::outbox::{Decision, Verdict};
+    let mock = MockTarget::start().await;
+    let app = app_with(Backend::Postgres, &mock).await;
+    for i in 0..20 {
+        let key = format!("pair{i}");
+        let effects = json!([
+            { "operation": "send_email", "effect_type": "first", "target": "mock", "path": "/a" },
+            { "operation": "send_email", "effect_type": "second", "target": "mock", "path": "/b" }
+        ]);
+        assert_eq!(claim_commit(&app, &key, effects).await.0, 200);
+        let leased = app.store.lease_effects("d", 60_000, 10).await.unwrap();
+        assert_eq!(leased.len(), 2);
+        let decide = |l: &oncegate::outbox::Leased| Decision {
+            leased: l.clone(),
+            verdict: Verdict::Completed { external_ref: None },
+            attempt: None,
+        };
+        let (a, b) = (vec![decide(&leased[0])], vec![decide(&leased[1])]);
+        let (ra, rb) = tokio::join!(
+            app.store.record_decisions(&a),
+            app.store.record_decisions(&b)
+        );
+        ra.unwrap();
+        rb.unwrap();
+        assert_eq!(run_state(&app, &key).await, "completed", "{key}");
+    }
+}

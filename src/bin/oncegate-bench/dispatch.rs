@@ -42,6 +42,10 @@ pub struct DispatchArgs {
     /// many effects in flight.
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
+    /// `dispatcher.max_in_flight`; 0 is the service's default (the
+    /// target's `concurrency`).
+    #[arg(long, default_value_t = 512)]
+    max_in_flight: usize,
     /// PostgreSQL server (a database is created and dropped).
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
     pg_url: String,
@@ -122,13 +126,14 @@ async fn queue(store: &SharedStore, key: &str, url: &str) -> Result<()> {
 async fn dispatch_bench(backend: &str, args: &DispatchArgs) -> Result<String> {
     let (effects, rate, seconds, concurrency) =
         (args.effects, args.rate, args.seconds, args.concurrency);
+    let max_in_flight = args.max_in_flight;
     let db = Database::create(backend, &args.pg_url, "dispatch").await?;
     let arrivals: Arrivals = Arc::default();
     let base = start_target(arrivals.clone()).await?;
     let url = format!("{base}/send");
     let config: Config = toml::from_str(&format!(
         "[[targets]]\nname = \"local\"\nbase_url = \"{base}\"\nconcurrency = {concurrency}\n\
-         [dispatcher]\nbatch_size = 256\nidle_poll_ms = 250\n"
+         [dispatcher]\nbatch_size = 256\nidle_poll_ms = 250\nmax_in_flight = {max_in_flight}\n"
     ))?;
     let clock = Arc::new(SystemClock);
     let options = StoreOptions {
