@@ -66,9 +66,6 @@ impl Default for DispatcherConfig {
 /// How often the leaser turns expired `sending` leases into `unknown`.
 const EXPIRY_EVERY: Duration = Duration::from_secs(1);
 
-/// Leases in flight at once (each a transaction on its own connection).
-const LEASERS: usize = 1;
-
 /// Record transactions in flight at once: while they commit, the next
 /// decisions gather into the next batch.
 const RECORDERS: usize = 4;
@@ -163,17 +160,8 @@ impl Dispatcher {
         let room = Arc::new(Semaphore::new(capacity));
         let (done, decisions) = mpsc::channel(self.batch());
         let recorder = tokio::spawn(self.clone().record_loop(decisions));
-        let leasers: Vec<_> = (0..LEASERS)
-            .map(|n| {
-                let (this, room, done, shutdown) =
-                    (self.clone(), room.clone(), done.clone(), shutdown.clone());
-                tokio::spawn(async move { this.lease_loop(n == 0, &room, &done, &shutdown).await })
-            })
-            .collect();
+        self.lease_loop(&room, &done, &shutdown).await;
         drop(done);
-        for leaser in leasers {
-            let _ = leaser.await;
-        }
         let _ = recorder.await;
         tracing::info!(owner = %self.owner, "dispatcher stopped");
     }
@@ -200,11 +188,9 @@ impl Dispatcher {
     /// (a commit, the idle poll) otherwise. Each lease takes its room
     /// first, and each effect holds its share until its decision is queued
     /// for the recorder: a crash turns every leased effect `unknown`, and
-    /// those not yet sent are few. `expires`: this loop also turns dead
-    /// leases `unknown`.
+    /// those not yet sent are few.
     async fn lease_loop(
         self: &Arc<Self>,
-        expires: bool,
         room: &Arc<Semaphore>,
         done: &mpsc::Sender<Decision>,
         shutdown: &CancellationToken,
@@ -236,7 +222,7 @@ impl Dispatcher {
             if let Ok(more) = room.clone().try_acquire_many_owned(extra as u32) {
                 taken.merge(more);
             }
-            if expires && last_expiry.is_none_or(|at| at.elapsed() >= EXPIRY_EVERY) {
+            if last_expiry.is_none_or(|at| at.elapsed() >= EXPIRY_EVERY) {
                 last_expiry = Some(Instant::now());
                 match self.store.expire_sending().await {
                     Ok(0) => {}
