@@ -325,7 +325,8 @@ bench() {
     'BEGIN { printf "%.1f %d %d", n / (b - a), c / n, d / n }'
 }
 
-mean() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", (a + b) / 2 }'; }
+# The mean of the given numbers, one decimal.
+mean() { printf '%s\n' "$@" | awk '{ s += $1 } END { printf "%.1f", s / NR }'; }
 
 measure_overhead() {
   step "overhead: executions/s with oncegate in front vs the same workflow without it"
@@ -333,24 +334,36 @@ measure_overhead() {
     say "skipped (E2E_BENCH_EVENTS=0)"
     return
   fi
-  local round kind result
+  # n8n slows as its execution history grows, so a fixed order would favour
+  # whatever runs first: odd rounds run direct, front, gated; even rounds
+  # the reverse, so that gated and front sit, on average, at the same place.
+  local round kind result order
   declare -A rate cpu_n8n cpu_og
-  for round in 1 2; do
-    for kind in direct front gated; do
+  for round in $(seq 1 "$bench_rounds"); do
+    order="direct front gated"
+    [ $((round % 2)) = 0 ] && order="gated front direct"
+    for kind in $order; do
       result=$(bench "$kind" "$kind$round" "$bench_events") || { bad "overhead" "the $kind round did not finish"; return; }
       read -r rate[$kind$round] cpu_n8n[$kind$round] cpu_og[$kind$round] <<<"$result"
     done
   done
   local direct front gated ratio whole
-  direct=$(mean "${rate[direct1]}" "${rate[direct2]}")
-  front=$(mean "${rate[front1]}" "${rate[front2]}")
-  gated=$(mean "${rate[gated1]}" "${rate[gated2]}")
+  declare -A rates
+  for kind in direct front gated; do
+    rates[$kind]=$(for round in $(seq 1 "$bench_rounds"); do printf '%s ' "${rate[$kind$round]}"; done)
+  done
+  # shellcheck disable=SC2086 # word splitting intended: one number per round
+  direct=$(mean ${rates[direct]})
+  # shellcheck disable=SC2086
+  front=$(mean ${rates[front]})
+  # shellcheck disable=SC2086
+  gated=$(mean ${rates[gated]})
   ratio=$(awk -v g="$gated" -v f="$front" 'BEGIN { printf "%.2f", g / f }')
   whole=$(awk -v g="$gated" -v d="$direct" 'BEGIN { printf "%.2f", g / d }')
-  say "$bench_events events per round, 8 senders, 2 rounds; CPU per execution in ms (n8n / oncegate)"
-  say "  gated:  provider → oncegate → gate-in-front workflow → CRM  ${rate[gated1]}, ${rate[gated2]} executions/s (mean $gated; CPU ${cpu_n8n[gated1]} / ${cpu_og[gated1]})"
-  say "  front:  the same workflow, posted straight to n8n          ${rate[front1]}, ${rate[front2]} executions/s (mean $front; CPU ${cpu_n8n[front1]} / ${cpu_og[front1]})"
-  say "  direct: a workflow that sends to the CRM itself            ${rate[direct1]}, ${rate[direct2]} executions/s (mean $direct; CPU ${cpu_n8n[direct1]} / ${cpu_og[direct1]})"
+  say "$bench_events events per round, 8 senders, $bench_rounds rounds (order alternating); CPU per execution in ms (n8n / oncegate), first round"
+  say "  gated:  provider → oncegate → gate-in-front workflow → CRM  ${rates[gated]}executions/s (mean $gated; CPU ${cpu_n8n[gated1]} / ${cpu_og[gated1]})"
+  say "  front:  the same workflow, posted straight to n8n          ${rates[front]}executions/s (mean $front; CPU ${cpu_n8n[front1]} / ${cpu_og[front1]})"
+  say "  direct: a workflow that sends to the CRM itself            ${rates[direct]}executions/s (mean $direct; CPU ${cpu_n8n[direct1]} / ${cpu_og[direct1]})"
   say "  whole pattern (claim + commit nodes, outbox) vs direct send: $whole"
   say "  load average now: $(cut -d' ' -f1-3 /proc/loadavg)"
   if awk -v r="$ratio" -v m="$min_ratio" 'BEGIN { exit !(r >= m) }'; then
