@@ -379,19 +379,7 @@ impl TestApp {
 
     /// A dispatcher over this app's store, targets and kill switch.
     pub fn dispatcher(&self) -> oncegate::outbox::Dispatcher {
-        let s = &self.state;
-        let mut config = s.config.dispatcher.clone();
-        config.enabled = true;
-        oncegate::outbox::Dispatcher::new(
-            s.store.clone(),
-            &s.config.targets,
-            config,
-            s.clock.clone(),
-            s.metrics.clone(),
-            s.wake.clone(),
-            s.kill_switch.clone(),
-        )
-        .unwrap()
+        dispatcher_for(&self.state)
     }
 
     /// POSTs JSON with a bearer token; returns status and parsed body.
@@ -515,3 +503,19 @@ macro_rules! on_both_backends {
     };
 }
 pub(crate) use on_both_backends;
+
+/// A dispatcher over an app state's store, targets and kill switch.
+pub fn dispatcher_for(s: &oncegate::api::AppState) -> oncegate::outbox::Dispatcher {
+    let mut config = s.config.dispatcher.clone();
+    config.enabled = true;
+    oncegate::outbox::Dispatcher::new(
+        s.store.clone(),
+        &s.config.targets,
+        config,
+        s.clock.clone(),
+        s.metrics.clone(),
+        s.wake.clone(),
+        s.kill_switch.clone(),
+    )
+    .unwrap()
+}

@@ -116,20 +116,9 @@ impl App {
     }
 
     async fn dispatch(&self) -> Result<oncegate::outbox::StepReport, oncegate::store::StoreError> {
-        let s = &self.state;
-        let mut config = s.config.dispatcher.clone();
-        config.enabled = true;
-        let dispatcher = oncegate::outbox::Dispatcher::new(
-            s.store.clone(),
-            &s.config.targets,
-            config,
-            s.clock.clone(),
-            s.metrics.clone(),
-            s.wake.clone(),
-            s.kill_switch.clone(),
-        )
-        .unwrap();
-        dispatcher.dispatch_once().await
+        crate::harness::dispatcher_for(&self.state)
+            .dispatch_once()
+            .await
     }
 
     async fn get(&self, path: &str) -> u16 {
