@@ -54,22 +54,6 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres")
 /// A pooled connection idle this long is pinged before it is used again.
 const IDLE_BEFORE_PING: Duration = Duration::from_secs(10);
 
-/// Parallel transactions a batch of dispatch decisions is recorded in.
-const RECORD_CHUNKS: usize = 4;
-
-/// Splits decisions into at most `n` groups, keeping each run's together.
-fn chunk_by_run(decisions: &[Decision], n: usize) -> Vec<Vec<Decision>> {
-    use std::hash::{Hash, Hasher};
-    let mut chunks: Vec<Vec<Decision>> = vec![Vec::new(); n];
-    for d in decisions {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        (&d.leased.effect.namespace, &d.leased.effect.key).hash(&mut h);
-        chunks[(h.finish() % n as u64) as usize].push(d.clone());
-    }
-    chunks.retain(|c| !c.is_empty());
-    chunks
-}
-
 /// The PostgreSQL store.
 #[derive(Debug)]
 pub struct PgStore {
@@ -203,28 +187,9 @@ impl Store for PgStore {
     }
 
     async fn record_decisions(&self, decisions: &[Decision]) -> Result<Vec<Recorded>> {
-        // Several transactions in parallel over the pool; every decision of
-        // one run stays in one chunk, so no two chunks lock the same run row.
-        let chunks = chunk_by_run(decisions, RECORD_CHUNKS);
-        let cx = self.cx();
-        let results = futures_util::future::join_all(
-            chunks
-                .iter()
-                .map(|chunk| ops::outbox::record_decisions(&cx, chunk)),
-        )
-        .await;
-        let mut recorded = vec![Recorded::Lost; decisions.len()];
-        for (chunk, result) in chunks.iter().zip(results) {
-            for (decision, outcome) in chunk.iter().zip(result?) {
-                if let Some(i) = decisions
-                    .iter()
-                    .position(|d| d.leased.effect.id == decision.leased.effect.id)
-                {
-                    recorded[i] = outcome;
-                }
-            }
-        }
-        Ok(recorded)
+        // One transaction per batch; the dispatcher runs several batches
+        // at once, each locking its runs first.
+        ops::outbox::record_decisions(&self.cx(), decisions).await
     }
 
     async fn expire_sending(&self) -> Result<u64> {
