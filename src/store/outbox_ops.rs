@@ -44,6 +44,9 @@ macro_rules! outbox_ops {
             /// Leases up to `limit` due effects for `owner`.
             pub(crate) async fn lease(cx: &Cx<'_>, owner: &str, lease_ms: i64, limit: i64) -> Result<Vec<Leased>> {
                 let mut tx = cx.write.begin().await?;
+                if let Some(plan) = &cx.st.outbox.lease_plan {
+                    sqlx::query(plan).execute(&mut *tx).await?;
+                }
                 let mut rows = Vec::new();
                 for statement in &cx.st.outbox.lease {
                     let room = limit - rows.len() as i64;
@@ -104,6 +107,9 @@ macro_rules! outbox_ops {
             }
 
             async fn record_batch(tx: &mut WriteTx, cx: &Cx<'_>, decisions: &[Decision]) -> Result<Vec<Recorded>> {
+                if let Some(plan) = &cx.st.outbox.record_plan {
+                    sqlx::query(plan).execute(&mut **tx).await?;
+                }
                 if let Some(lock_runs) = &cx.st.outbox.lock_runs {
                     let runs: Vec<RunKeyBatchRow<'_>> = decisions
                         .iter()

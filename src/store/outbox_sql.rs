@@ -12,12 +12,23 @@ pub struct OutboxStatements {
     /// (reconciliation, few) first, then `pending`.
     /// Binds: now, owner, lease_ms, limit.
     pub lease: [String; 2],
+    /// Run first in a lease transaction (PostgreSQL): plan the lease as a
+    /// walk of the due index in order. With statistics that lag behind the
+    /// queue (a fresh table, a burst before autovacuum's next ANALYZE) the
+    /// planner otherwise reads every due effect and sorts them for each
+    /// lease of 64: 30 ms instead of 1 ms with 10,000 due.
+    pub lease_plan: Option<String>,
     /// The run fields the sends of one lease need. Binds: owner.
     pub runs_for_send: String,
     /// Records a batch of verdicts, each by compare-and-set on its lease;
     /// returns the effects written (a lost lease returns nothing). Binds:
     /// now, a JSON array of [`VerdictBatchRow`](super::row::VerdictBatchRow).
     pub record_batch: String,
+    /// Run first in a record transaction (PostgreSQL): look a batch's
+    /// effects and runs up by key. With lagging statistics the planner
+    /// otherwise scans every run (or every `approved` one) and hashes the
+    /// batch against it.
+    pub record_plan: Option<String>,
     /// Locks the runs of a batch of verdicts before it is recorded, in
     /// key order (PostgreSQL; SQLite has one writer). Two batches that
     /// hold the last effects of one run then record one after the other,
@@ -62,7 +73,20 @@ impl OutboxStatements {
             Dialect::Sqlite => "",
             Dialect::Postgres => "FOR UPDATE OF e SKIP LOCKED",
         };
+        let plan = |settings: &[&str]| match dialect {
+            Dialect::Sqlite => None,
+            Dialect::Postgres => Some(format!(
+                "SELECT {}",
+                settings
+                    .iter()
+                    .map(|s| format!("set_config('{s}', 'off', true)"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        };
         Self {
+            lease_plan: plan(&["enable_sort", "enable_bitmapscan"]),
+            record_plan: plan(&["enable_seqscan", "enable_bitmapscan"]),
             lease: ["unknown", "pending"].map(|state| {
                 let due = format!(
                     "SELECT e.id AS picked_id FROM effects e \

@@ -56,14 +56,16 @@ impl Dialect {
         }
     }
 
-    /// `column` in a condition that must not pick the index: SQLite's
-    /// planner would otherwise walk a state index (every `pending` effect,
-    /// every `approved` run) instead of looking a batch's rows up by key.
-    /// A unary `+` keeps SQLite off the index; PostgreSQL costs it right.
+    /// `column` in a condition that must not pick the index: a planner
+    /// would otherwise walk a state index (every `pending` effect, every
+    /// `approved` run) instead of looking a batch's rows up by key. SQLite
+    /// does so always; PostgreSQL when the table's statistics lag behind
+    /// it (a fresh table, a burst before autovacuum's next ANALYZE). A
+    /// unary `+` (SQLite) or an expression (PostgreSQL) keeps it off.
     pub(crate) fn unindexed(self, column: &str) -> String {
         match self {
             Self::Sqlite => format!("+{column}"),
-            Self::Postgres => column.to_owned(),
+            Self::Postgres => format!("({column} || '')"),
         }
     }
 

@@ -156,7 +156,6 @@ impl TestDb {
         rows.into_iter().map(Option::unwrap_or_default).collect()
     }
 
-    /// Counts rows with a raw `SELECT COUNT(*) …`.
     /// The one text value `sql` selects.
     pub async fn text(&self, sql: &str) -> String {
         match self.backend {
@@ -175,6 +174,7 @@ impl TestDb {
         }
     }
 
+    /// Counts rows with a raw `SELECT COUNT(*) …`.
     pub async fn count(&self, sql: &str) -> i64 {
         match self.backend {
             Backend::Sqlite => {
