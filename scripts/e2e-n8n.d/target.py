@@ -92,6 +92,22 @@ class Handler(BaseHTTPRequestHandler):
             with LOCK:
                 rows = [r for r in STATE["records"] if r["path"].startswith(prefix)]
             return self.reply(200, rows)
+        if path == "/arrivals":
+            # Cheap to poll while a benchmark runs (the overhead check): how
+            # many requests at exactly `path` carried a charge starting with
+            # `charge`, and when the last of them arrived.
+            query = parse_qs(url.query)
+            want = query.get("path", [""])[0]
+            charge = query.get("charge", [""])[0]
+            with LOCK:
+                times = [
+                    r["at"]
+                    for r in STATE["records"]
+                    if r["path"] == want
+                    and isinstance(r["body"], dict)
+                    and str(r["body"].get("charge", "")).startswith(charge)
+                ]
+            return self.reply(200, {"count": len(times), "last_at": max(times, default=None)})
         if path.startswith("/source/batches/"):
             batch = path.rsplit("/", 1)[1]
             record("GET", path, self.headers, b"")
