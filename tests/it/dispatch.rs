@@ -9,8 +9,7 @@ use futures_util::future::join_all;
 use oncegate::clock::{Clock, ManualClock};
 use oncegate::config::Config;
 use oncegate::ledger::{IdempotencyKey, Namespace};
-use oncegate::store::outbox_sql::OutboxStatements;
-use oncegate::store::sql::Dialect;
+use oncegate::store::sql::{Dialect, Statements};
 use serde_json::{json, Value};
 use sqlx::postgres::PgArguments;
 
@@ -711,7 +710,8 @@ async fn postgres_leases_and_records_by_index_without_statistics() {
              'k' || i, '{}', 'pending', i, 0, 0 FROM generate_series(1, 5000) i",
     )
     .await;
-    let st = OutboxStatements::new(Dialect::Postgres);
+    let statements = Statements::new(Dialect::Postgres);
+    let st = &statements.outbox;
 
     let lease_binds = binds(|a| {
         a.add(None::<i64>)?;
@@ -732,9 +732,11 @@ async fn postgres_leases_and_records_by_index_without_statistics() {
         a.add(None::<i64>)?;
         a.add(runs)
     });
+    let audits = binds(|a| a.add(r#"[{"v_ns":"ns","v_key":"k1","v_hash":"h"}]"#));
     for (statement, binds) in [
         (st.lock_runs.as_deref().unwrap(), lock),
         (&st.complete_runs, complete),
+        (&statements.append_audits, audits),
     ] {
         let plan = explain(&db, st.record_plan.as_deref(), statement, binds).await;
         assert!(plan.contains("Index Scan using runs_pkey"), "{plan}");
