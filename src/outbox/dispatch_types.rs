@@ -5,6 +5,15 @@ use serde_json::Value;
 use super::Effect;
 use crate::clock::Millis;
 
+/// How many of one target's due effects a lease may take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetRoom {
+    /// The target's name.
+    pub target: String,
+    /// Most of its effects to lease.
+    pub limit: i64,
+}
+
 /// An effect leased for sending, with what the send needs from its run.
 #[derive(Debug, Clone)]
 pub struct Leased {

@@ -8,6 +8,7 @@
 //! runs one step over one batch, so tests drive it without sleeping.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,7 +24,9 @@ use super::classify::{classify, Attempted, Outcome};
 use super::killswitch::KillSwitch;
 use super::observe;
 use super::sender::{evidence, TargetRuntime};
-use super::{AttemptRecord, Decision, FailClass, Leased, Recorded, TargetConfig, Verdict};
+use super::{
+    AttemptRecord, Decision, FailClass, Leased, Recorded, TargetConfig, TargetRoom, Verdict,
+};
 use crate::clock::SharedClock;
 use crate::ops::Metrics;
 use crate::store::{SharedStore, StoreError};
@@ -89,17 +92,73 @@ pub struct StepReport {
     pub lost: usize,
 }
 
+/// A target's share of the effects in flight, and how much of it is taken.
+#[derive(Debug)]
+struct Share {
+    /// Most of the target's effects leased and undecided at once.
+    limit: usize,
+    /// Leased and undecided now.
+    taken: AtomicUsize,
+}
+
+impl Share {
+    fn free(&self) -> usize {
+        self.limit
+            .saturating_sub(self.taken.load(Ordering::Acquire))
+    }
+}
+
 /// Sends effects.
 #[derive(Debug)]
 pub struct Dispatcher {
     store: SharedStore,
     targets: HashMap<String, Arc<TargetRuntime>>,
+    /// Each target's share of `max_in_flight`, in proportion to its
+    /// `concurrency`: a slow target's backlog fills only its own share.
+    shares: HashMap<String, Share>,
+    /// Most effects leased and undecided at once (`max_in_flight`).
+    capacity: usize,
+    /// Signalled whenever a leased effect is decided (its share freed).
+    freed: Notify,
+    /// Turns which target a lease serves first.
+    turn: AtomicUsize,
     switch: KillSwitch,
     clock: SharedClock,
     metrics: Arc<Metrics>,
     config: DispatcherConfig,
     owner: String,
     wake: Arc<Notify>,
+}
+
+/// Most effects in flight: the configured value, or the sum of the
+/// targets' send slots.
+fn max_in_flight(config: &DispatcherConfig, targets: &[TargetConfig]) -> usize {
+    let slots: usize = targets.iter().map(|t| t.concurrency as usize).sum();
+    match config.max_in_flight {
+        0 => slots.max(1),
+        n => n,
+    }
+}
+
+/// Each target's share of `capacity`, in proportion to its `concurrency`
+/// (at least one).
+fn shares(targets: &[TargetConfig], capacity: usize) -> HashMap<String, Share> {
+    let slots: usize = targets
+        .iter()
+        .map(|t| t.concurrency as usize)
+        .sum::<usize>()
+        .max(1);
+    targets
+        .iter()
+        .map(|t| {
+            let limit = (capacity * t.concurrency as usize / slots).max(1);
+            let share = Share {
+                limit,
+                taken: AtomicUsize::new(0),
+            };
+            (t.name.clone(), share)
+        })
+        .collect()
 }
 
 impl Dispatcher {
@@ -117,6 +176,8 @@ impl Dispatcher {
         wake: Arc<Notify>,
         switch: KillSwitch,
     ) -> Result<Self, reqwest::Error> {
+        let capacity = max_in_flight(&config, targets);
+        let shares = shares(targets, capacity);
         let targets = targets
             .iter()
             .map(|t| Ok((t.name.clone(), Arc::new(TargetRuntime::new(t.clone())?))))
@@ -129,6 +190,10 @@ impl Dispatcher {
             switch,
             store,
             targets,
+            shares,
+            capacity,
+            freed: Notify::new(),
+            turn: AtomicUsize::new(0),
             clock,
             metrics,
             config,
@@ -170,18 +235,30 @@ impl Dispatcher {
         self.config.batch_size.max(1) as usize
     }
 
-    /// Most effects in flight: the configured value, or the sum of the
-    /// targets' send slots.
     fn max_in_flight(&self) -> usize {
-        let slots: usize = self
-            .targets
-            .values()
-            .map(|t| t.config.concurrency as usize)
-            .sum();
-        match self.config.max_in_flight {
-            0 => slots.max(1),
-            n => n,
+        self.capacity
+    }
+
+    /// What each target with free share may lease now, up to `room` in
+    /// all, starting with a different target each time.
+    fn rooms(&self, room: usize) -> Vec<TargetRoom> {
+        let mut rooms: Vec<TargetRoom> = self
+            .shares
+            .iter()
+            .filter_map(|(target, share)| {
+                let free = share.free().min(room);
+                (free > 0).then(|| TargetRoom {
+                    target: target.clone(),
+                    limit: free as i64,
+                })
+            })
+            .collect();
+        rooms.sort_by(|a, b| a.target.cmp(&b.target));
+        if !rooms.is_empty() {
+            let turn = self.turn.fetch_add(1, Ordering::Relaxed) % rooms.len();
+            rooms.rotate_left(turn);
         }
+        rooms
     }
 
     /// Leases while there is room and effects are due; sleeps until woken
@@ -234,20 +311,32 @@ impl Dispatcher {
                 }
             }
             self.switch.refresh_if_due().await;
-            let want = taken.num_permits();
+            // Each target leases within its own share, so that a slow
+            // target's backlog never takes the room another target's
+            // effects need.
+            let rooms = self.rooms(taken.num_permits());
+            let want = rooms
+                .iter()
+                .map(|r| r.limit)
+                .sum::<i64>()
+                .min(taken.num_permits() as i64);
             let leased_at = Instant::now();
-            let leased = match self
-                .store
-                .lease_effects(&self.owner, self.config.lease_ms, want as i64)
-                .await
-            {
-                Ok(leased) => leased,
-                Err(err) => {
-                    tracing::warn!(error = %err, "leasing effects failed; retrying");
-                    Vec::new()
+            let leased = if want == 0 {
+                Vec::new()
+            } else {
+                match self
+                    .store
+                    .lease_effects(&self.owner, self.config.lease_ms, want, &rooms)
+                    .await
+                {
+                    Ok(leased) => leased,
+                    Err(err) => {
+                        tracing::warn!(error = %err, "leasing effects failed; retrying");
+                        Vec::new()
+                    }
                 }
             };
-            backlog = leased.len() >= want;
+            backlog = want > 0 && leased.len() as i64 >= want;
             for l in leased {
                 // A lease returns at most the room it was given; should it
                 // ever return more, the rest waits for room of its own.
@@ -258,16 +347,19 @@ impl Dispatcher {
                         Err(_) => return,
                     },
                 };
+                self.take_share(&l.effect.new.target);
                 let this = self.clone();
                 let done = done.clone();
                 let span = observe::dispatch_span(&l);
                 tokio::spawn(
                     async move {
+                        let target = l.effect.new.target.clone();
                         let decision = this.decide(l, leased_at).await;
                         // Closed only once the recorder is gone (shutdown
                         // waits for it), and then the lease expires.
                         let _ = done.send(decision).await;
                         drop(share);
+                        this.free_share(&target);
                     }
                     .instrument(span),
                 );
@@ -276,12 +368,29 @@ impl Dispatcher {
             if backlog {
                 continue;
             }
+            // A target at its share leases again as soon as one of its
+            // effects is decided.
+            let capped = self.shares.values().any(|s| s.free() == 0);
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 () = self.wake.notified() => {}
+                () = self.freed.notified(), if capped => {}
                 () = tokio::time::sleep(Duration::from_millis(self.config.idle_poll_ms)) => {}
             }
         }
+    }
+
+    fn take_share(&self, target: &str) {
+        if let Some(share) = self.shares.get(target) {
+            share.taken.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    fn free_share(&self, target: &str) {
+        if let Some(share) = self.shares.get(target) {
+            share.taken.fetch_sub(1, Ordering::AcqRel);
+        }
+        self.freed.notify_one();
     }
 
     /// Records decisions as they come, all that are waiting at once (up to
@@ -364,9 +473,22 @@ impl Dispatcher {
         }
         self.switch.refresh_if_due().await;
         let leased_at = Instant::now();
+        let rooms: Vec<TargetRoom> = self
+            .targets
+            .keys()
+            .map(|target| TargetRoom {
+                target: target.clone(),
+                limit: self.config.batch_size,
+            })
+            .collect();
         let leased = self
             .store
-            .lease_effects(&self.owner, self.config.lease_ms, self.config.batch_size)
+            .lease_effects(
+                &self.owner,
+                self.config.lease_ms,
+                self.config.batch_size,
+                &rooms,
+            )
             .await?;
         let mut report = StepReport {
             leased: leased.len(),

@@ -28,7 +28,8 @@ pub mod sender;
 pub mod target;
 
 pub use dispatch_types::{
-    ActionSwitch, AttemptRecord, AttemptView, Decision, FailClass, Leased, Recorded, Verdict,
+    ActionSwitch, AttemptRecord, AttemptView, Decision, FailClass, Leased, Recorded, TargetRoom,
+    Verdict,
 };
 pub use dispatcher::{Dispatcher, DispatcherConfig, StepReport};
 pub use killswitch::KillSwitch;

@@ -27,7 +27,9 @@ use crate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Moved, Namespace, OwnerCall, OwnerMove, Run,
 };
 use crate::ops::retention::{RunMaterial, RunStamp, Selection};
-use crate::outbox::{ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffect, Recorded};
+use crate::outbox::{
+    ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffect, Recorded, TargetRoom,
+};
 use futures_util::stream::BoxStream;
 use serde_json::Value;
 // Dead letters and replay (issue 6, branch dlq).
@@ -196,11 +198,20 @@ pub trait Store:
         effects: &[NewEffect],
     ) -> Result<Moved>;
 
-    /// Leases up to `limit` due effects of approved runs on enabled targets.
+    /// Leases, in one transaction, up to `limit` due effects of approved
+    /// runs on enabled targets: of each target in `rooms`, in turn, up to
+    /// its own limit (each target's oldest due first). Targets not named
+    /// are left alone.
     ///
     /// # Errors
     /// [`StoreError::Database`] on database failure.
-    async fn lease_effects(&self, owner: &str, lease_ms: i64, limit: i64) -> Result<Vec<Leased>>;
+    async fn lease_effects(
+        &self,
+        owner: &str,
+        lease_ms: i64,
+        limit: i64,
+        rooms: &[TargetRoom],
+    ) -> Result<Vec<Leased>>;
 
     /// Records decisions in one transaction (one durable commit for a
     /// batch): each effect's verdict by compare-and-set on its lease, its

@@ -17,7 +17,8 @@ macro_rules! outbox_ops {
             use $crate::deadletter::{DeadLetterClass, DeadLetterInput};
             use $crate::ledger::{Move, Moved, OwnerCall, Run};
             use $crate::outbox::{
-                ActionSwitch, AttemptView, Decision, Effect, FailClass, Leased, NewEffect, Recorded, Verdict,
+                ActionSwitch, AttemptView, Decision, Effect, FailClass, Leased, NewEffect, Recorded, TargetRoom,
+                Verdict,
             };
             use $crate::store::row::{
                 AttemptBatchRow, AttemptRow, AuditBatchRow, EffectRow, RunKeyBatchRow, RunRow, SwitchRow,
@@ -41,27 +42,38 @@ macro_rules! outbox_ops {
                 owner_move(cx, call, kind, fields, detail, effects).await
             }
 
-            /// Leases up to `limit` due effects for `owner`.
-            pub(crate) async fn lease(cx: &Cx<'_>, owner: &str, lease_ms: i64, limit: i64) -> Result<Vec<Leased>> {
+            /// Leases up to `limit` due effects for `owner`, of each target
+            /// in `rooms` up to its own limit.
+            pub(crate) async fn lease(
+                cx: &Cx<'_>,
+                owner: &str,
+                lease_ms: i64,
+                limit: i64,
+                rooms: &[TargetRoom],
+            ) -> Result<Vec<Leased>> {
                 let mut tx = cx.write.begin().await?;
                 if let Some(plan) = &cx.st.outbox.lease_plan {
                     sqlx::query(plan).execute(&mut *tx).await?;
                 }
                 let mut rows = Vec::new();
-                for statement in &cx.st.outbox.lease {
-                    let room = limit - rows.len() as i64;
-                    if room <= 0 {
-                        break;
-                    }
-                    rows.extend(
-                        sqlx::query_as::<_, EffectRow>(statement)
+                for TargetRoom { target, limit: target_limit } in rooms {
+                    let mut taken = 0;
+                    for statement in &cx.st.outbox.lease {
+                        let room = (*target_limit - taken).min(limit - rows.len() as i64);
+                        if room <= 0 {
+                            break;
+                        }
+                        let leased = sqlx::query_as::<_, EffectRow>(statement)
                             .bind(cx.now)
                             .bind(owner)
                             .bind(lease_ms)
                             .bind(room)
+                            .bind(target)
                             .fetch_all(&mut *tx)
-                            .await?,
-                    );
+                            .await?;
+                        taken += leased.len() as i64;
+                        rows.extend(leased);
+                    }
                 }
                 if rows.is_empty() {
                     tx.commit().await?;

@@ -5,12 +5,12 @@ use super::sql::{Dialect, EFFECT_COLUMNS, RUN_COLUMNS};
 /// The outbox statements, spelled for one backend.
 #[derive(Debug, Clone)]
 pub struct OutboxStatements {
-    /// Leases due effects of approved runs (and decision callbacks,
-    /// whatever their run's state) on enabled targets, one
-    /// statement per state so each walks the `(state, next_attempt_at)`
-    /// index in order instead of sorting every due row: `unknown` ones
-    /// (reconciliation, few) first, then `pending`.
-    /// Binds: now, owner, lease_ms, limit.
+    /// Leases one target's due effects of approved runs (and decision
+    /// callbacks, whatever their run's state) while the target is enabled,
+    /// one statement per state so each walks the `(state, target,
+    /// next_attempt_at)` index in order instead of sorting every due row:
+    /// `unknown` ones (reconciliation, few) first, then `pending`.
+    /// Binds: now, owner, lease_ms, limit, target.
     pub lease: [String; 2],
     /// Run first in a lease transaction (PostgreSQL): plan the lease as a
     /// walk of the due index in order. With statistics that lag behind the
@@ -91,7 +91,7 @@ impl OutboxStatements {
                 let due = format!(
                     "SELECT e.id AS picked_id FROM effects e \
                          JOIN runs r ON r.namespace = e.namespace AND r.run_key = e.run_key \
-                         WHERE e.state = '{state}' AND e.next_attempt_at <= {now} \
+                         WHERE e.state = '{state}' AND e.target = $5 AND e.next_attempt_at <= {now} \
                            AND (e.not_before IS NULL OR e.not_before <= {now}) \
                            AND (r.state = 'approved' OR e.operation = '{callback}') \
                            AND NOT EXISTS (SELECT 1 FROM action_switches s WHERE s.enabled = 0 \

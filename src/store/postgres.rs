@@ -23,7 +23,9 @@ use crate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Moved, Namespace, OwnerCall, OwnerMove, Run,
 };
 use crate::ops::retention::{RunMaterial, RunStamp, Selection};
-use crate::outbox::{ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffect, Recorded};
+use crate::outbox::{
+    ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffect, Recorded, TargetRoom,
+};
 use futures_util::stream::BoxStream;
 use serde_json::Value;
 // Dead letters and replay (issue 6, branch dlq).
@@ -182,8 +184,14 @@ impl Store for PgStore {
         ops::outbox::commit(&self.cx(), call, result, effects).await
     }
 
-    async fn lease_effects(&self, owner: &str, lease_ms: i64, limit: i64) -> Result<Vec<Leased>> {
-        ops::outbox::lease(&self.cx(), owner, lease_ms, limit).await
+    async fn lease_effects(
+        &self,
+        owner: &str,
+        lease_ms: i64,
+        limit: i64,
+        rooms: &[TargetRoom],
+    ) -> Result<Vec<Leased>> {
+        ops::outbox::lease(&self.cx(), owner, lease_ms, limit, rooms).await
     }
 
     async fn record_decisions(&self, decisions: &[Decision]) -> Result<Vec<Recorded>> {

@@ -29,7 +29,9 @@ use crate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Moved, Namespace, OwnerCall, OwnerMove, Run,
 };
 use crate::ops::retention::{RunMaterial, RunStamp, Selection};
-use crate::outbox::{ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffect, Recorded};
+use crate::outbox::{
+    ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffect, Recorded, TargetRoom,
+};
 use futures_util::stream::BoxStream;
 use serde_json::Value;
 // Dead letters and replay (issue 6, branch dlq).
@@ -258,10 +260,17 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn lease_effects(&self, owner: &str, lease_ms: i64, limit: i64) -> Result<Vec<Leased>> {
+    async fn lease_effects(
+        &self,
+        owner: &str,
+        lease_ms: i64,
+        limit: i64,
+        rooms: &[TargetRoom],
+    ) -> Result<Vec<Leased>> {
         let owner = owner.to_owned();
+        let rooms = rooms.to_vec();
         self.on_writer(move |s| async move {
-            ops::outbox::lease(&s.cx(), &owner, lease_ms, limit).await
+            ops::outbox::lease(&s.cx(), &owner, lease_ms, limit, &rooms).await
         })
         .await
     }

@@ -9,6 +9,7 @@ use futures_util::future::join_all;
 use oncegate::clock::{Clock, ManualClock};
 use oncegate::config::Config;
 use oncegate::ledger::{IdempotencyKey, Namespace};
+use oncegate::outbox::TargetRoom;
 use oncegate::store::sql::{Dialect, Statements};
 use serde_json::{json, Value};
 use sqlx::postgres::PgArguments;
@@ -98,7 +99,60 @@ on_both_backends!(
     statuses_route_end_to_end,
     kill_switch_holds_everything_then_sends_each_once,
     retry_schedule_stays_inside_the_budget,
+    a_slow_target_does_not_hold_up_another,
 );
+
+/// A slow target's backlog fills only its share of the effects in flight:
+/// another target's effects, committed after it, go out at once. (With one
+/// room for all, the oldest due effects, all the slow target's, took every
+/// lease, and the fast target waited for the whole backlog.)
+async fn a_slow_target_does_not_hold_up_another(backend: Backend) {
+    let mock = MockTarget::start().await;
+    mock.on_path("/slow/send", Behaviour::Hang);
+    let base = mock.base_url();
+    let app = TestApp::spawn_with(backend, move |config: &mut Config| {
+        let parsed: Config = toml::from_str(&format!(
+            "[[targets]]\nname = \"slow\"\nbase_url = \"{base}/slow\"\nconcurrency = 2\ntimeout_ms = 2000\n\
+             [[targets]]\nname = \"fast\"\nbase_url = \"{base}/fast\"\nconcurrency = 8\n"
+        ))
+        .unwrap();
+        config.targets = parsed.targets;
+        config.dispatcher.lease_ms = 30_000;
+    })
+    .await;
+    for i in 0..30 {
+        crate::harness::queue_effect(&app.store, &format!("s{i}"), "slow", mock.url("/slow/send"))
+            .await;
+    }
+    for i in 0..5 {
+        crate::harness::queue_effect(&app.store, &format!("f{i}"), "fast", mock.url("/fast/send"))
+            .await;
+    }
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(Arc::new(app.dispatcher()).run(shutdown.clone()));
+    let sent_to = |prefix: &str| {
+        mock.requests()
+            .iter()
+            .filter(|r| r.path.starts_with(prefix))
+            .count()
+    };
+    crate::harness::eventually(
+        "the fast target's 5 effects sent",
+        Duration::from_secs(10),
+        || async { (sent_to("/fast/") == 5).then_some(()) },
+    )
+    .await;
+    let waiting = app
+        .db
+        .count("SELECT COUNT(*) FROM effects WHERE target = 'slow' AND state = 'pending'")
+        .await;
+    assert!(
+        waiting >= 20,
+        "the slow target's backlog still waits ({waiting} pending)"
+    );
+    shutdown.cancel();
+    running.await.unwrap();
+}
 
 async fn sends_once_with_key_version_and_completes_the_run(backend: Backend) {
     let mock = MockTarget::start().await;
@@ -607,7 +661,7 @@ async fn concurrent_leases_keep_to_their_limit_and_never_overlap() {
         let store = app.store.clone();
         async move {
             store
-                .lease_effects(&format!("d{n}"), 60_000, 7)
+                .lease_effects(&format!("d{n}"), 60_000, 7, &room("mock", 7))
                 .await
                 .unwrap()
         }
@@ -643,7 +697,11 @@ async fn a_run_whose_last_effects_are_recorded_concurrently_completes() {
             { "operation": "send_email", "effect_type": "second", "target": "mock", "path": "/b" }
         ]);
         assert_eq!(claim_commit(&app, &key, effects).await.0, 200);
-        let leased = app.store.lease_effects("d", 60_000, 10).await.unwrap();
+        let leased = app
+            .store
+            .lease_effects("d", 60_000, 10, &room("mock", 10))
+            .await
+            .unwrap();
         assert_eq!(leased.len(), 2);
         let decide = |l: &oncegate::outbox::Leased| Decision {
             leased: l.clone(),
@@ -659,6 +717,14 @@ async fn a_run_whose_last_effects_are_recorded_concurrently_completes() {
         rb.unwrap();
         assert_eq!(run_state(&app, &key).await, "completed", "{key}");
     }
+}
+
+/// A lease's room: up to `limit` effects of `target`.
+fn room(target: &str, limit: i64) -> Vec<TargetRoom> {
+    vec![TargetRoom {
+        target: target.into(),
+        limit,
+    }]
 }
 
 /// The plan of `statement` (PostgreSQL) with `binds`, run after `plan` in
@@ -717,7 +783,8 @@ async fn postgres_leases_and_records_by_index_without_statistics() {
         a.add(None::<i64>)?;
         a.add("d")?;
         a.add(60_000_i64)?;
-        a.add(64_i64)
+        a.add(64_i64)?;
+        a.add("mock")
     });
     let lease = explain(&db, st.lease_plan.as_deref(), &st.lease[1], lease_binds).await;
     assert!(lease.contains("Index Scan using effects_due"), "{lease}");
