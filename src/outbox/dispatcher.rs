@@ -220,7 +220,7 @@ impl Dispatcher {
     /// record transaction per batch. On `shutdown` it stops leasing, lets
     /// every send in flight finish and records it.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let capacity = self.max_in_flight();
+        let capacity = self.capacity;
         tracing::info!(owner = %self.owner, max_in_flight = capacity, "dispatcher started");
         let room = Arc::new(Semaphore::new(capacity));
         let (done, decisions) = mpsc::channel(self.batch());
@@ -233,10 +233,6 @@ impl Dispatcher {
 
     fn batch(&self) -> usize {
         self.config.batch_size.max(1) as usize
-    }
-
-    fn max_in_flight(&self) -> usize {
-        self.capacity
     }
 
     /// What each target with free share may lease now, up to `room` in
@@ -272,7 +268,7 @@ impl Dispatcher {
         done: &mpsc::Sender<Decision>,
         shutdown: &CancellationToken,
     ) {
-        let half = (self.max_in_flight() / 2).clamp(1, self.batch()) as u32;
+        let half = (self.capacity / 2).clamp(1, self.batch()) as u32;
         let mut last_expiry: Option<Instant> = None;
         let mut backlog = false;
         while !shutdown.is_cancelled() {
