@@ -65,11 +65,12 @@ pub fn arm() -> Result<(), String> {
 pub use armed::{arm, point};
 
 /// Marks crash point `group_commit` right before a write transaction of
-/// backend `DB` commits; it exists on SQLite only (where writes are
-/// committed by one writer), and compiles to nothing without the feature.
+/// `backend` (`"sqlite"` or `"postgres"`) commits; it exists on SQLite only
+/// (where writes are committed by one writer), and compiles to nothing
+/// without the feature.
 #[inline(always)]
-pub fn before_commit<DB: sqlx::Database>() {
-    if DB::NAME == "SQLite" {
+pub fn before_commit(backend: &str) {
+    if backend == "sqlite" {
         point("group_commit");
     }
 }

@@ -14,13 +14,14 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, AppState, Authenticator};
+use crate::approval::port::StoredToken;
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::{Config, LogFormat, Scope};
+use crate::db::{self as store, SharedStore, StoreOptions};
 use crate::ingress::Sources;
 use crate::ledger::{IdempotencyKey, Namespace};
 use crate::ops::Metrics;
 use crate::outbox::{Dispatcher, KillSwitch};
-use crate::store::{self, SharedStore, StoreOptions, StoredToken};
 use tokio::sync::Notify;
 
 // Dead letters and replay (issue 6, branch dlq).
@@ -486,6 +487,7 @@ pub fn spawn_replay_runner(
 pub fn approval_sweeper(state: &AppState) -> crate::approval::sweeper::Sweeper {
     crate::approval::sweeper::Sweeper::new(
         state.store.clone(),
+        state.store.clone(),
         state.config.clone(),
         state.clock.clone(),
         state.wake.clone(),
@@ -526,7 +528,7 @@ pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<()> {
     }
     tracing::info!(
         address = %listener.local_addr()?,
-        database = store.backend(),
+        database = store.backend_name(),
         "oncegate listening"
     );
     let dispatcher = spawn_dispatcher(&state, shutdown.clone()).await?;

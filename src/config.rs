@@ -169,8 +169,8 @@ impl DatabaseConfig {
     }
 
     /// SQLite's group-commit batching, from `group_commit_*`.
-    pub fn group_commit(&self) -> crate::store::group_commit::GroupCommitOptions {
-        crate::store::group_commit::GroupCommitOptions {
+    pub fn group_commit(&self) -> crate::db::sqlite::GroupCommitOptions {
+        crate::db::sqlite::GroupCommitOptions {
             max_batch: self.group_commit_max_batch,
             max_wait: std::time::Duration::from_micros(self.group_commit_max_wait_us),
         }
@@ -404,7 +404,7 @@ impl Config {
                 "database.url",
                 format!(
                     "{:?} is not sqlite://PATH or postgres://…",
-                    crate::store::redact_url(url)
+                    crate::db::redact_url(url)
                 ),
             ));
         }

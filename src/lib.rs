@@ -4,10 +4,12 @@
 //!
 //! - [`ledger`]: runs keyed by `(namespace, key)`: states, leases, fencing
 //!   versions, payload hashes, and the only allowed moves between states.
-//! - [`store`]: the [`store::Store`] trait and its SQLite (embedded default)
-//!   and PostgreSQL (many nodes) backends; the atomic claim and every
-//!   compare-and-set move are single guarded statements there. SQLite's
-//!   writes are group-committed ([`store::group_commit`]).
+//! - [`db`]: the SQLite (embedded default) and PostgreSQL (many nodes)
+//!   backends, which implement every part's storage port once: the atomic
+//!   claim and every compare-and-set move are single guarded statements,
+//!   transactions plain Rust over a small executor. SQLite's writes are
+//!   group-committed ([`db::sqlite::group_commit`]). [`storage`] holds the
+//!   error every port shares.
 //! - [`ingress`]: `POST /hooks/{source}`: provider signatures verified on
 //!   the raw bytes, then claim, raw event and forward effect in one
 //!   transaction.
@@ -51,7 +53,7 @@
 //! A workflow sends `POST /v1/claims` with a bearer token. The [`api`]
 //! layer authenticates the token (its subject becomes the actor), parses the
 //! body into domain types (a malformed key, hash or lease is a 400 before
-//! anything is written), and calls [`store::Store::claim`]. The store runs
+//! anything is written), and calls [`ledger::port::LedgerStore::claim`]. The backend runs
 //! one `INSERT … ON CONFLICT DO UPDATE … WHERE <reclaimable> RETURNING`
 //! statement and, in the same transaction, appends the audit entry. The
 //! answer always carries an explicit `claimed` boolean: the caller either
@@ -84,12 +86,15 @@ pub mod chaos;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod db;
 pub mod deadletter;
 pub mod ingress;
 pub mod lab;
 pub mod ledger;
+pub mod metrics;
 pub mod ops;
 pub mod outbox;
-pub mod store;
+pub mod retention;
+pub mod storage;
 pub mod ui;
 pub mod validate;

@@ -18,6 +18,7 @@ use serde::Deserialize;
 use super::error::{refusal_status, ApiError};
 use super::AppState;
 use crate::approval::pages::{self, Confirm};
+use crate::approval::port::Decided;
 use crate::approval::session::{clear_cookie, cookie_secret, set_cookie};
 use crate::approval::{
     challenge_callback, secs_ms, Approver, AuthMethod, Challenge, Refusal, Secret, StoredSession,
@@ -25,7 +26,6 @@ use crate::approval::{
 };
 use crate::config::Scope;
 use crate::ops::GateDecision;
-use crate::store::approval::Decided;
 
 pub(super) fn router() -> Router<AppState> {
     Router::new()

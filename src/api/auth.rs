@@ -20,8 +20,8 @@ use sha2::{Digest, Sha256};
 
 use super::error::ApiError;
 use super::AppState;
+use crate::approval::port::StoredToken;
 use crate::config::{Scope, TokenConfig};
-use crate::store::StoredToken;
 
 /// Who is calling: the subject of a verified token.
 #[derive(Debug, Clone, PartialEq, Eq)]

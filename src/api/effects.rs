@@ -250,6 +250,7 @@ impl EffectBody {
                 probe_url: self.probe_url,
             },
             not_before,
+            role: crate::outbox::EffectRole::Act,
         })
     }
 }

@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use crate::ledger::{InvalidId, Run};
-use crate::store::StoreError;
+use crate::storage::StoreError;
 
 /// `Result` of the API layer.
 pub type Result<T, E = ApiError> = std::result::Result<T, E>;

@@ -18,7 +18,7 @@ use crate::clock::to_datetime;
 use crate::ledger::{Moved, OwnerCall};
 use crate::ops::ValidationFailure;
 use crate::outbox::{GatePolicy, NewEffect, OperationConfig};
-use crate::store::approval::NewOutput;
+use crate::validate::port::NewOutput;
 
 pub(super) fn router(state: AppState) -> Router<AppState> {
     Router::new()
@@ -305,7 +305,7 @@ async fn validated_output(
     app: &AppState,
     call: &OwnerCall,
     op: &OperationConfig,
-) -> Result<Option<crate::store::approval::StoredOutput>> {
+) -> Result<Option<crate::validate::port::StoredOutput>> {
     if op.output.is_none() {
         return Ok(None);
     }
@@ -371,7 +371,7 @@ async fn human(
     op: &OperationConfig,
     effects: Vec<NewEffect>,
     callback: Option<Callback>,
-    output: Option<crate::store::approval::StoredOutput>,
+    output: Option<crate::validate::port::StoredOutput>,
     summary: Option<String>,
     reason: Option<String>,
 ) -> Result<Json<GateResponse>> {

@@ -31,13 +31,13 @@ pub(super) async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
     match app.store.ping().await {
         Ok(()) => (
             StatusCode::OK,
-            Json(json!({ "status": "ready", "database": app.store.backend() })),
+            Json(json!({ "status": "ready", "database": app.store.backend_name() })),
         ),
         Err(err) => {
             tracing::warn!(error = %err, "readiness check failed");
             (
                 StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({ "status": "unavailable", "database": app.store.backend() })),
+                Json(json!({ "status": "unavailable", "database": app.store.backend_name() })),
             )
         }
     }
@@ -50,6 +50,8 @@ pub(super) async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
 pub(super) async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        app.metrics.scrape(app.store.as_ref()).await,
+        app.metrics
+            .scrape(app.store.as_ref(), app.store.as_ref())
+            .await,
     )
 }

@@ -18,10 +18,10 @@ use serde::de::DeserializeOwned;
 
 use crate::clock::SharedClock;
 use crate::config::Config;
+use crate::db::SharedStore;
 use crate::ingress::Sources;
 use crate::ops::Metrics;
 use crate::outbox::KillSwitch;
-use crate::store::SharedStore;
 
 mod admin;
 pub mod approvals;

@@ -148,6 +148,7 @@ impl From<StagedEffect> for NewEffect {
             idempotency_key: s.idempotency_key,
             spec: s.spec,
             not_before: s.not_before,
+            role: crate::outbox::EffectRole::Act,
         }
     }
 }

@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 pub mod challenge;
 pub mod pages;
 pub mod policy;
+pub mod port;
 pub mod session;
 pub mod sweeper;
 pub mod token;
@@ -131,6 +132,7 @@ pub fn callback_effect(
         body: Some(body.to_string().into_bytes()),
         spec: EffectSpec::default(),
         not_before: None,
+        role: crate::outbox::EffectRole::Notify,
     }
 }
 

@@ -9,11 +9,12 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::port::{ApprovalStore, SessionStore};
 use super::{challenge_callback, escalation_of};
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::ops::{GateDecision, Metrics};
-use crate::store::{Result, SharedStore};
+use crate::storage::Result;
 
 /// Most challenges handled per step.
 const BATCH: i64 = 100;
@@ -32,7 +33,8 @@ pub struct Swept {
 /// Expires or escalates due challenges and deletes expired sessions.
 #[derive(Debug, Clone)]
 pub struct Sweeper {
-    store: SharedStore,
+    store: Arc<dyn ApprovalStore>,
+    sessions: Arc<dyn SessionStore>,
     config: Arc<Config>,
     clock: SharedClock,
     wake: Arc<Notify>,
@@ -40,9 +42,11 @@ pub struct Sweeper {
 }
 
 impl Sweeper {
-    /// A sweeper over `store`; `wake` tells the dispatcher about callbacks.
+    /// A sweeper over `store` (and the `sessions` it purges); `wake` tells
+    /// the dispatcher about callbacks.
     pub fn new(
-        store: SharedStore,
+        store: Arc<dyn ApprovalStore>,
+        sessions: Arc<dyn SessionStore>,
         config: Arc<Config>,
         clock: SharedClock,
         wake: Arc<Notify>,
@@ -50,6 +54,7 @@ impl Sweeper {
     ) -> Self {
         Self {
             store,
+            sessions,
             config,
             clock,
             wake,
@@ -99,7 +104,7 @@ impl Sweeper {
                 }
             }
         }
-        swept.sessions = self.store.purge_sessions().await?;
+        swept.sessions = self.sessions.purge_sessions().await?;
         Ok(swept)
     }
 

@@ -22,8 +22,9 @@ use serde::Serialize;
 use serde_json::json;
 use sha2::{Digest as _, Sha256};
 
+use super::port::AuditStore;
 use crate::clock::Millis;
-use crate::store::{Result, Store, StoreError};
+use crate::storage::{Result, StoreError};
 
 /// The namespace of chains that belong to no run (kill-switch changes,
 /// retention records). Their heads come from their last event.
@@ -279,8 +280,8 @@ impl Builder<'_> {
 ///
 /// # Errors
 /// [`StoreError`] on database failure, or when checkpoints kept racing.
-pub async fn write_checkpoint(
-    store: &dyn Store,
+pub async fn write_checkpoint<S: AuditStore + ?Sized>(
+    store: &S,
     reason: CheckpointReason,
     removals: &[Removal],
     now: Millis,
@@ -306,8 +307,8 @@ pub async fn write_checkpoint(
     ))
 }
 
-async fn prepare(
-    store: &dyn Store,
+async fn prepare<S: AuditStore + ?Sized>(
+    store: &S,
     reason: CheckpointReason,
     removals: &[Removal],
     now: Millis,

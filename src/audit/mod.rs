@@ -22,6 +22,7 @@ use crate::clock::Millis;
 
 mod chain;
 pub mod checkpoint;
+pub mod port;
 pub mod redact;
 pub mod timeline;
 pub mod verify;

@@ -12,9 +12,10 @@ use serde::Serialize;
 use super::chain::Chain;
 pub use super::chain::{check_one, ChainAnchor};
 use super::checkpoint::{Checkpoint, HeadDigest};
+use super::port::AuditStore;
 use super::AuditRecord;
 use crate::clock::Millis;
-use crate::store::{Result, Store};
+use crate::storage::Result;
 
 /// One row of the verification scan.
 #[derive(Debug, Clone, PartialEq)]
@@ -162,8 +163,8 @@ impl Verification {
 /// Verifies every chain (or one namespace's) and the checkpoints.
 ///
 /// # Errors
-/// [`crate::store::StoreError`] when the database cannot be read.
-pub async fn verify(store: &dyn Store, namespace: Option<&str>) -> Result<VerifyReport> {
+/// [`crate::storage::StoreError`] when the database cannot be read.
+pub async fn verify(store: &dyn AuditStore, namespace: Option<&str>) -> Result<VerifyReport> {
     let mut report = VerifyReport::default();
     let checkpoints = store.checkpoints().await?;
     check_checkpoints(&checkpoints, &mut report);
@@ -226,7 +227,7 @@ fn check_checkpoints(checkpoints: &[Checkpoint], report: &mut VerifyReport) {
 
 /// The latest checkpoint's head list against its digest.
 async fn check_head_list(
-    store: &dyn Store,
+    store: &dyn AuditStore,
     latest: &Checkpoint,
     report: &mut VerifyReport,
 ) -> Result<()> {

@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 pub mod commands;
 pub mod config;
 pub mod jobs;
+pub mod port;
 pub mod record;
 pub mod replay;
 pub mod runner;

@@ -8,19 +8,20 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 
 use super::commands::{ActionOutcome, JobItemRef, ReplaceCommand, ReplayCommand};
+use super::port::ReplayStore;
 use super::record::DeadLetter;
 use super::{DeadLetterClass, Refusal};
 use crate::config::Config;
 use crate::ingress::{RawEvent, RawStatus, FORWARD_OPERATION};
 use crate::ledger::{IdempotencyKey, Namespace, RunMetadata};
 use crate::outbox::{default_idempotency_key, Effect, GatePolicy, NewEffect};
-use crate::store::{SharedStore, StoreError};
+use crate::storage::StoreError;
 
 /// What a replay needs besides the command.
 #[derive(Debug, Clone)]
 pub struct ReplayContext {
     /// The store.
-    pub store: SharedStore,
+    pub store: Arc<dyn ReplayStore>,
     /// The configuration (operations and their gates, retention).
     pub config: Arc<Config>,
     /// Wakes the dispatcher when effects are re-queued.

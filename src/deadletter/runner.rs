@@ -19,7 +19,7 @@ use super::commands::{ActionOutcome, JobItemRef, ReplayCommand};
 use super::jobs::{JobItem, ReplayJob};
 use super::replay::{replay_one, ReplayContext, ReplayError};
 use super::{DeadLetterConfig, Refusal};
-use crate::store::StoreError;
+use crate::storage::StoreError;
 
 /// Works bulk replay jobs.
 #[derive(Debug)]

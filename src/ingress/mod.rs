@@ -8,6 +8,7 @@
 //! loses nothing.
 
 pub mod event;
+pub mod port;
 pub mod prepared;
 mod receive;
 pub mod signature;

@@ -308,5 +308,6 @@ fn forward_effect(
         idempotency_key: default_idempotency_key(&event.source, &event.event_id, "forward"),
         spec: EffectSpec::default(),
         not_before: None,
+        role: crate::outbox::EffectRole::Act,
     }
 }

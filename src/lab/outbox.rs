@@ -145,6 +145,7 @@ impl Dispatcher {
                 ..EffectSpec::default()
             },
             not_before: None,
+            role: crate::outbox::EffectRole::Act,
         };
         self.rows[event] = Some(Row {
             effect: Effect {

@@ -90,6 +90,37 @@ impl fmt::Display for FencingVersion {
     }
 }
 
+/// A lease duration a caller asked for, within the configured bounds:
+/// at least [`LeaseMs::MIN`] and at most the configured maximum; the
+/// configured default when the caller named none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LeaseMs(i64);
+
+impl LeaseMs {
+    /// The shortest lease anybody may hold, in milliseconds.
+    pub const MIN: i64 = 100;
+
+    /// The requested duration, or `default` when none was asked for.
+    ///
+    /// # Errors
+    /// [`InvalidId`] (field `lease_ms`) outside `MIN..=max`.
+    pub fn within(requested: Option<i64>, default: i64, max: i64) -> Result<Self, InvalidId> {
+        let ms = requested.unwrap_or(default);
+        if !(Self::MIN..=max).contains(&ms) {
+            return Err(InvalidId {
+                field: "lease_ms",
+                problem: format!("must be between {} and {max} milliseconds", Self::MIN),
+            });
+        }
+        Ok(Self(ms))
+    }
+
+    /// The duration in milliseconds.
+    pub fn get(self) -> i64 {
+        self.0
+    }
+}
+
 /// An owner at a version: what every owner call presents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lease {

@@ -3,16 +3,20 @@
 //!
 //! This module holds the pure domain: parsed identifiers ([`ids`]), the
 //! owner's [`Lease`], the lifecycle ([`RunState`], [`Move`]) and the
-//! request/answer types of the ledger calls ([`run`]). The atomic claim and
-//! the compare-and-set moves themselves live in each [`crate::store`]
-//! backend, guarded by the same move table.
+//! request/answer types of the ledger calls ([`run`]), the reclaim rule
+//! ([`reclaim`]) and the storage the ledger needs ([`port`]). The atomic
+//! claim and the compare-and-set moves themselves are statements of each
+//! [`crate::db`] backend, guarded by the same move table.
 
 pub mod ids;
 pub mod lease;
+pub mod port;
+pub mod reclaim;
 pub mod run;
 pub mod state;
 
 pub use ids::{BusinessKey, IdempotencyKey, InvalidId, Namespace, PayloadHash};
-pub use lease::{FencingVersion, Lease, LeaseOwner};
+pub use lease::{FencingVersion, Lease, LeaseMs, LeaseOwner};
+pub use reclaim::{explain_lost, reclaimable, reclaimable_sql};
 pub use run::{ClaimOutcome, ClaimRequest, Moved, OwnerCall, OwnerMove, Run, RunMetadata};
 pub use state::{InvalidTransition, Move, RunState};

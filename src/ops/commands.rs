@@ -18,7 +18,7 @@ use crate::audit::{verify, verify_chain, write_checkpoint, AuditEntry, AuditReco
 use crate::audit::{CheckpointReason, Verification};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
-use crate::store::{SharedStore, StoreError};
+use crate::db::{SharedStore, StoreError};
 
 /// `oncegate audit …`.
 #[derive(Debug, Subcommand)]

@@ -20,7 +20,7 @@ use crate::audit::checkpoint::Checkpoint;
 use crate::audit::{verify, write_checkpoint, CheckpointReason, Verification};
 use crate::clock::SharedClock;
 use crate::config::Config;
-use crate::store::SharedStore;
+use crate::db::SharedStore;
 
 /// How long a job may hold its lease before another process may take it.
 const JOB_LEASE_MS: i64 = 30 * 60_000;

@@ -7,14 +7,15 @@
 //! logs a warning; `/readyz` reports the database itself.
 
 use super::Metrics;
-use crate::store::Store;
+use crate::metrics::port::GaugeStore;
+use crate::outbox::port::OutboxStore;
 
 impl Metrics {
     /// Refreshes the scrape-time gauges from `store`, then renders every
     /// metric in the Prometheus text format.
-    pub async fn scrape(&self, store: &dyn Store) -> String {
+    pub async fn scrape(&self, store: &dyn GaugeStore, outbox: &dyn OutboxStore) -> String {
         let _one_at_a_time = self.scrape.lock().await;
-        self.refresh_outbox(store).await;
+        self.refresh_outbox(store, outbox).await;
         self.refresh_stale(store).await;
         self.refresh_dead_letters(store).await;
         self.render()
@@ -22,8 +23,8 @@ impl Metrics {
 
     /// The backlog by target and state, what the kill switch holds, and
     /// which scopes are enabled.
-    async fn refresh_outbox(&self, store: &dyn Store) {
-        let (Ok(backlog), Ok(switches)) = (store.backlog().await, store.action_switches().await)
+    async fn refresh_outbox(&self, store: &dyn GaugeStore, outbox: &dyn OutboxStore) {
+        let (Ok(backlog), Ok(switches)) = (store.backlog().await, outbox.action_switches().await)
         else {
             tracing::warn!("cannot read the outbox backlog for /metrics");
             return;
@@ -55,7 +56,7 @@ impl Metrics {
         }
     }
 
-    async fn refresh_stale(&self, store: &dyn Store) {
+    async fn refresh_stale(&self, store: &dyn GaugeStore) {
         let Ok(stale) = store.stale_processing().await else {
             tracing::warn!("cannot count stale processing runs for /metrics");
             return;
@@ -67,7 +68,7 @@ impl Metrics {
         }
     }
 
-    async fn refresh_dead_letters(&self, store: &dyn Store) {
+    async fn refresh_dead_letters(&self, store: &dyn GaugeStore) {
         let Ok(open) = store.open_dead_letters().await else {
             tracing::warn!("cannot read open dead letters for /metrics");
             return;

@@ -8,9 +8,11 @@ use std::path::Path;
 use super::archive;
 use super::retention::{RetentionConfig, RunMaterial, Selection, SweepReport};
 use crate::audit::checkpoint::Removal;
+use crate::audit::port::AuditStore;
 use crate::audit::{write_checkpoint, CheckpointReason, Redactor};
 use crate::clock::Millis;
-use crate::store::{Store, StoreError};
+use crate::retention::port::RetentionStore;
+use crate::storage::StoreError;
 
 /// Bodies scrubbed per statement batch.
 const SCRUB_BATCH: i64 = 500;
@@ -41,8 +43,8 @@ pub enum SweepError {
 ///
 /// # Errors
 /// [`SweepError`]; work committed before the error stays done.
-pub async fn sweep(
-    store: &dyn Store,
+pub async fn sweep<S: RetentionStore + AuditStore + ?Sized>(
+    store: &S,
     config: &RetentionConfig,
     redactor: &Redactor,
     now: Millis,
@@ -77,8 +79,8 @@ fn counting(sel: &Selection) -> Selection {
     }
 }
 
-async fn archive_window(
-    store: &dyn Store,
+async fn archive_window<S: RetentionStore + AuditStore + ?Sized>(
+    store: &S,
     config: &RetentionConfig,
     redactor: &Redactor,
     sel: &Selection,
@@ -135,8 +137,8 @@ async fn write(
     })
 }
 
-async fn delete_tombstones(
-    store: &dyn Store,
+async fn delete_tombstones<S: RetentionStore + AuditStore + ?Sized>(
+    store: &S,
     sel: &Selection,
     now: Millis,
     report: &mut SweepReport,

@@ -211,6 +211,7 @@ mod tests {
             idempotency_key: "ns:k:send".into(),
             spec: EffectSpec::default(),
             not_before: None,
+            role: crate::outbox::EffectRole::Act,
         };
         Leased {
             effect: Effect {

@@ -23,13 +23,14 @@ use super::backoff::{near_budget, next_attempt_at};
 use super::classify::{classify, Attempted, Outcome};
 use super::killswitch::KillSwitch;
 use super::observe;
+use super::port::OutboxStore;
 use super::sender::{evidence, TargetRuntime};
 use super::{
     AttemptRecord, Decision, FailClass, Leased, Recorded, TargetConfig, TargetRoom, Verdict,
 };
 use crate::clock::SharedClock;
 use crate::ops::Metrics;
-use crate::store::{SharedStore, StoreError};
+use crate::storage::StoreError;
 
 /// `[dispatcher]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -111,7 +112,7 @@ impl Share {
 /// Sends effects.
 #[derive(Debug)]
 pub struct Dispatcher {
-    store: SharedStore,
+    store: Arc<dyn OutboxStore>,
     targets: HashMap<String, Arc<TargetRuntime>>,
     /// Each target's share of `max_in_flight`, in proportion to its
     /// `concurrency`: a slow target's backlog fills only its own share.
@@ -168,7 +169,7 @@ impl Dispatcher {
     /// # Errors
     /// A target's HTTP client cannot be built.
     pub fn new(
-        store: SharedStore,
+        store: Arc<dyn OutboxStore>,
         targets: &[TargetConfig],
         config: DispatcherConfig,
         clock: SharedClock,

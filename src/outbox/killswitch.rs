@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Mutex, RwLock};
 
+use super::port::OutboxStore;
 use super::ActionSwitch;
-use crate::store::SharedStore;
 
 /// Refresh period.
 const REFRESH: Duration = Duration::from_secs(1);
@@ -24,7 +24,7 @@ type Snapshot = Option<(Instant, Vec<ActionSwitch>)>;
 /// A cached view of the persisted switches.
 #[derive(Debug, Clone)]
 pub struct KillSwitch {
-    store: SharedStore,
+    store: Arc<dyn OutboxStore>,
     cached: Arc<RwLock<Snapshot>>,
     /// One refresh at a time: the sends that find the value due wait for
     /// it instead of each reading the table.
@@ -33,7 +33,7 @@ pub struct KillSwitch {
 
 impl KillSwitch {
     /// A switch view with nothing read yet (everything denied until read).
-    pub fn new(store: SharedStore) -> Self {
+    pub fn new(store: Arc<dyn OutboxStore>) -> Self {
         Self {
             store,
             cached: Arc::new(RwLock::new(None)),

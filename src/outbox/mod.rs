@@ -24,6 +24,7 @@ pub mod killswitch;
 // ops (metrics and logs): the dispatch span and counts.
 mod observe;
 pub mod operation;
+pub mod port;
 pub mod sender;
 pub mod target;
 
@@ -95,6 +96,40 @@ impl FromStr for EffectState {
     }
 }
 
+/// What an effect is for, which decides whether it moves its run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EffectRole {
+    /// A consequential write: the run completes when its last one does,
+    /// and fails when one fails for good.
+    #[default]
+    Act,
+    /// A notification about the run (an approval's decision callback):
+    /// sent whatever the run's state, and it never moves the run.
+    Notify,
+}
+
+impl EffectRole {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Act => "act",
+            Self::Notify => "notify",
+        }
+    }
+}
+
+impl FromStr for EffectRole {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [Self::Act, Self::Notify]
+            .into_iter()
+            .find(|role| role.as_str() == s)
+            .ok_or_else(|| format!("unknown effect role {s:?}"))
+    }
+}
+
 /// A 2xx whose body matches this rule is a business rejection.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RejectRule {
@@ -152,6 +187,8 @@ pub struct NewEffect {
     pub spec: EffectSpec,
     /// Not to be sent before this time.
     pub not_before: Option<Millis>,
+    /// Whether it acts or only notifies.
+    pub role: EffectRole,
 }
 
 /// The downstream key of an effect when its operation names none.

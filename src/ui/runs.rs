@@ -1,6 +1,6 @@
 //! `GET /ui/runs`: find runs by key (or the start of one), namespace,
 //! state or execution ref; keyset pages of 50 (see
-//! [`crate::store::console_sql`] for the index each search walks).
+//! [`crate::db::sql::console`] for the index each search walks).
 
 use axum::extract::{Query, State};
 use axum::response::Response;
@@ -14,8 +14,8 @@ use super::text_field;
 use crate::api::AppState;
 use crate::approval::pages::urlencode;
 use crate::clock::Millis;
+use crate::ledger::port::{RunCursor, RunSearch, SearchOrder};
 use crate::ledger::{IdempotencyKey, Namespace, Run, RunState};
-use crate::store::console::{RunCursor, RunSearch, SearchOrder};
 
 /// Runs per page.
 const PAGE: i64 = 50;

@@ -7,6 +7,8 @@
 //! Schemas are compiled once at start ([`OutputSchemas::prepare`]), so a
 //! broken schema stops the service instead of failing the first run.
 
+pub mod port;
+
 use std::collections::HashMap;
 
 use serde::Serialize;

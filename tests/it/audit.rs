@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use oncegate::audit::{verify, write_checkpoint, CheckpointReason, Finding, VerifyReport};
 use oncegate::clock::{Clock, SystemClock};
+use oncegate::db::SharedStore;
 use oncegate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Namespace, OwnerCall, OwnerMove, PayloadHash,
     RunMetadata,
 };
-use oncegate::store::SharedStore;
 use serde_json::{json, Value};
 
 use crate::harness::{on_both_backends, Backend, TestApp, TestDb};

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use oncegate::audit::{verify, write_checkpoint, CheckpointReason};
 use oncegate::clock::{Clock, SystemClock};
+use oncegate::db::{self as store, SharedStore, StoreError, StoreOptions};
 use oncegate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Namespace, PayloadHash, RunMetadata,
 };
-use oncegate::store::{self, SharedStore, StoreError, StoreOptions};
 use sqlx::Connection;
 
 use crate::harness::{eventually, pg_admin_url, Backend, TestDb};

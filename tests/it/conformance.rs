@@ -3,13 +3,14 @@
 
 use std::sync::Arc;
 
+use oncegate::approval::port::StoredToken;
 use oncegate::audit::verify_chain;
 use oncegate::clock::{Clock, ManualClock, SystemClock};
+use oncegate::db::{SharedStore, StoreError};
 use oncegate::ledger::{
     BusinessKey, ClaimOutcome, ClaimRequest, IdempotencyKey, Lease, Namespace, OwnerCall,
     OwnerMove, PayloadHash, RunMetadata, RunState,
 };
-use oncegate::store::{SharedStore, StoreError, StoredToken};
 use serde_json::json;
 
 use crate::harness::{on_both_backends, Backend, TestDb};
@@ -393,14 +394,14 @@ async fn tokens_round_trip(backend: Backend) {
 #[tokio::test]
 async fn sqlite_sets_wal_and_full_sync_on_every_pooled_connection() {
     let db = TestDb::new(Backend::Sqlite).await;
-    let options = oncegate::store::StoreOptions {
+    let options = oncegate::db::StoreOptions {
         max_connections: 4,
         busy_timeout_ms: 5_000,
         clock: Arc::new(SystemClock),
         use_db_clock: false,
         redaction: Default::default(),
     };
-    let store = oncegate::store::sqlite::SqliteStore::connect(&db.url, options)
+    let store = oncegate::db::sqlite::SqliteStore::connect(&db.url, options)
         .await
         .unwrap();
     // The group-commit writer's connection, lent for one turn.
@@ -455,4 +456,41 @@ async fn postgres_compares_leases_with_the_database_clock() {
     );
     assert_eq!(run.lease_expires_at, Some(started + LEASE));
     store.close().await;
+}
+
+#[tokio::test]
+async fn sqlite_refuses_a_write_on_the_read_pool() {
+    use oncegate::db::Admin;
+    let db = TestDb::new(Backend::Sqlite).await;
+    let options = oncegate::db::StoreOptions {
+        max_connections: 2,
+        busy_timeout_ms: 5_000,
+        clock: Arc::new(SystemClock),
+        use_db_clock: false,
+        redaction: Default::default(),
+    };
+    let store = oncegate::db::sqlite::SqliteStore::connect(&db.url, options)
+        .await
+        .unwrap();
+    store.migrate().await.unwrap();
+    // Every write belongs on the group-commit writer: one that bypasses it
+    // is refused by the read pool's connections (PRAGMA query_only), never
+    // a silent fight for the write lock.
+    let refused = sqlx::query(
+        "INSERT INTO maintenance_leases (name, owner, expires_at) VALUES ('x', 'y', 1)",
+    )
+    .execute(store.read_pool())
+    .await
+    .expect_err("the read pool wrote");
+    assert!(
+        refused.to_string().contains("readonly"),
+        "not refused as read-only: {refused}"
+    );
+    let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM maintenance_leases")
+        .fetch_one(store.read_pool())
+        .await
+        .unwrap();
+    assert_eq!(count, 0, "nothing was written");
+    // The same write through the writer goes in.
+    assert!(store.take_job("x", "y", 1_000).await.unwrap());
 }

@@ -4,9 +4,11 @@
 //! test: an approval link from `/v1/runs/gate`, the card, the decision, and
 //! the target receiving the effect exactly once.
 
+use std::time::Duration;
+
 use crate::browser::with_browser;
 use crate::console::Console;
-use crate::harness::Backend;
+use crate::harness::{eventually, Backend};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn browser_signs_in_and_out() {
@@ -65,6 +67,14 @@ async fn browser_finds_a_run_by_key_and_reads_its_timeline() {
         b.click_link("Runs").await;
         b.fill("#f-key", "order-100").await;
         b.click_button("Search").await;
+        // The unfiltered list says "run(s) on this page" too: wait for the
+        // search's own page before reading it.
+        eventually(
+            "the search's results page",
+            Duration::from_secs(10),
+            || async { b.path().await.contains("key=order-100").then_some(()) },
+        )
+        .await;
         let results = b.wait_for("run(s) on this page").await;
         assert!(results.contains("crm / order-1001"));
         assert!(

@@ -5,14 +5,14 @@
 use std::sync::Arc;
 
 use oncegate::clock::SystemClock;
+use oncegate::db::exec::Arg;
+use oncegate::db::sql::console::search_sql;
+use oncegate::db::sql::Dialect;
+use oncegate::ledger::port::{RunCursor, RunSearch};
 use oncegate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Namespace, OwnerCall, PayloadHash, RunMetadata,
     RunState,
 };
-use oncegate::store::console::{RunCursor, RunSearch};
-use oncegate::store::console_sql::search_sql;
-use oncegate::store::deadletter_sql::Bind;
-use oncegate::store::sql::Dialect;
 use sqlx::{Connection, Row};
 
 use crate::harness::{on_both_backends, Backend, TestDb};
@@ -24,7 +24,7 @@ on_both_backends!(
 
 type Ids = Vec<(String, String)>;
 
-async fn every_page(store: &oncegate::store::SharedStore, mut search: RunSearch) -> Ids {
+async fn every_page(store: &oncegate::db::SharedStore, mut search: RunSearch) -> Ids {
     let mut out = Vec::new();
     loop {
         let page = store.search_runs(&search).await.unwrap();
@@ -53,7 +53,7 @@ fn sorted(mut v: Ids) -> Ids {
 }
 
 /// Seven runs in three namespaces; every third completed.
-async fn seeded_store(db: &TestDb) -> oncegate::store::SharedStore {
+async fn seeded_store(db: &TestDb) -> oncegate::db::SharedStore {
     let store = db.store(Arc::new(SystemClock), true).await;
     let keys = [
         ("crm", "order/1?a#b"),
@@ -214,10 +214,11 @@ async fn key_search_walks_an_index(backend: Backend) {
                 let mut c = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
                 let sql = format!("EXPLAIN QUERY PLAN {sql}");
                 let mut q = sqlx::query(&sql);
-                for b in binds {
+                for b in binds.into_inner() {
                     q = match b {
-                        Bind::Text(t) => q.bind(t),
-                        Bind::Int(i) => q.bind(i),
+                        Arg::Text(t) => q.bind(t.map(|t| t.into_owned())),
+                        Arg::Int(i) => q.bind(i),
+                        other => panic!("a search binds text and integers only: {other:?}"),
                     };
                 }
                 let rows = q.fetch_all(&mut c).await.unwrap();
@@ -235,10 +236,11 @@ async fn key_search_walks_an_index(backend: Backend) {
                     .unwrap();
                 let sql = format!("EXPLAIN {sql}");
                 let mut q = sqlx::query(&sql);
-                for b in binds {
+                for b in binds.into_inner() {
                     q = match b {
-                        Bind::Text(t) => q.bind(t),
-                        Bind::Int(i) => q.bind(i),
+                        Arg::Text(t) => q.bind(t.map(|t| t.into_owned())),
+                        Arg::Int(i) => q.bind(i),
+                        other => panic!("a search binds text and integers only: {other:?}"),
                     };
                 }
                 let rows = q.fetch_all(&mut c).await.unwrap();

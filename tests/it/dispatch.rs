@@ -8,9 +8,9 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use oncegate::clock::{Clock, ManualClock};
 use oncegate::config::Config;
+use oncegate::db::sql::{Dialect, Statements};
 use oncegate::ledger::{IdempotencyKey, Namespace};
 use oncegate::outbox::TargetRoom;
-use oncegate::store::sql::{Dialect, Statements};
 use serde_json::{json, Value};
 use sqlx::postgres::PgArguments;
 
@@ -801,9 +801,9 @@ async fn postgres_leases_and_records_by_index_without_statistics() {
     });
     let audits = binds(|a| a.add(r#"[{"v_ns":"ns","v_key":"k1","v_hash":"h"}]"#));
     for (statement, binds) in [
-        (st.lock_runs.as_deref().unwrap(), lock),
-        (&st.complete_runs, complete),
-        (&statements.append_audits, audits),
+        (statements.runs.lock_runs.as_deref().unwrap(), lock),
+        (&statements.runs.complete_runs, complete),
+        (&statements.runs.append_audits, audits),
     ] {
         let plan = explain(&db, st.record_plan.as_deref(), statement, binds).await;
         assert!(plan.contains("Index Scan using runs_pkey"), "{plan}");

@@ -5,7 +5,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use oncegate::store::group_commit::{GroupCommit, GroupCommitOptions, GroupCommitStats};
+use oncegate::db::sqlite::group_commit::{GroupCommit, GroupCommitOptions, GroupCommitStats};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sqlx::Connection;
 

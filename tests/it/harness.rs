@@ -13,11 +13,11 @@ use oncegate::api::auth::{digest, generate_token};
 use oncegate::cli;
 use oncegate::clock::{ManualClock, SharedClock, SystemClock};
 use oncegate::config::{Config, Scope, TokenConfig};
+use oncegate::db::{self as store, SharedStore, StoreOptions};
 use oncegate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Namespace, OwnerCall, PayloadHash, RunMetadata,
 };
 use oncegate::outbox::{EffectSpec, NewEffect};
-use oncegate::store::{self, SharedStore, StoreOptions};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use sqlx::Connection;
@@ -458,6 +458,7 @@ pub async fn queue_effect(store: &SharedStore, key: &str, target: &str, url: Str
         idempotency_key: format!("crm:{key}:send_email"),
         spec: EffectSpec::default(),
         not_before: None,
+        role: oncegate::outbox::EffectRole::Act,
     };
     store.commit(&call, None, &[effect]).await.unwrap();
 }

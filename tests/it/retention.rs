@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use oncegate::audit::{verify, write_checkpoint, CheckpointReason};
 use oncegate::clock::{Clock, ManualClock};
+use oncegate::db::SharedStore;
 use oncegate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Namespace, PayloadHash, RunMetadata,
 };
 use oncegate::ops::retention::{RetentionConfig, DAY_MS};
 use oncegate::ops::sweeper::sweep;
-use oncegate::store::SharedStore;
 use serde_json::{json, Value};
 
 use crate::audit::finished_run;

@@ -14,8 +14,8 @@ use std::time::Duration;
 use oncegate::cli;
 use oncegate::clock::{SharedClock, SystemClock};
 use oncegate::config::{Config, Scope};
-use oncegate::store::sqlite::SqliteStore;
-use oncegate::store::{SharedStore, StoreOptions};
+use oncegate::db::sqlite::SqliteStore;
+use oncegate::db::{SharedStore, StoreOptions};
 use serde_json::{json, Value};
 use sqlx::Connection;
 use tokio::net::TcpListener;
@@ -49,10 +49,7 @@ async fn spawn(db: &TestDb, target: &MockTarget) -> App {
             let store = Arc::new(SqliteStore::connect(&db.url, options).await.unwrap());
             (store.clone(), Some(store))
         }
-        Backend::Postgres => (
-            oncegate::store::connect(&db.url, options).await.unwrap(),
-            None,
-        ),
+        Backend::Postgres => (oncegate::db::connect(&db.url, options).await.unwrap(), None),
     };
     store.migrate().await.unwrap();
     let (workflow, entry) = token("n8n", &[Scope::Workflow]);
@@ -115,7 +112,7 @@ impl App {
         (status, retry_after, body)
     }
 
-    async fn dispatch(&self) -> Result<oncegate::outbox::StepReport, oncegate::store::StoreError> {
+    async fn dispatch(&self) -> Result<oncegate::outbox::StepReport, oncegate::db::StoreError> {
         crate::harness::dispatcher_for(&self.state)
             .dispatch_once()
             .await

@@ -14,11 +14,11 @@ use axum::http::HeaderMap;
 use axum::routing::post;
 use oncegate::clock::{Clock, SystemClock};
 use oncegate::config::Config;
+use oncegate::db::{self as store, SharedStore, StoreOptions};
 use oncegate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Namespace, OwnerCall, PayloadHash, RunMetadata,
 };
 use oncegate::outbox::{Dispatcher, EffectSpec, KillSwitch, NewEffect};
-use oncegate::store::{self, SharedStore, StoreOptions};
 use tokio_util::sync::CancellationToken;
 
 use crate::db::Database;
@@ -118,6 +118,7 @@ async fn queue(store: &SharedStore, key: &str, url: &str) -> Result<()> {
         idempotency_key: key.to_owned(),
         spec: EffectSpec::default(),
         not_before: None,
+        role: oncegate::outbox::EffectRole::Act,
     };
     store.commit(&call, None, &[effect]).await?;
     Ok(())

@@ -1,0 +1,250 @@
+//! Rows of the audit-integrity and retention statements.
+
+use crate::audit::checkpoint::{Checkpoint, HeadRow};
+use crate::audit::{AuditEntry, AuditRecord, ScanRow, Verification};
+use crate::db::exec::{FromRow, Row};
+use crate::ops::retention::RunStamp;
+use crate::storage::Result;
+
+/// A head-scan row.
+#[derive(Debug)]
+pub(crate) struct HeadScanRow {
+    namespace: String,
+    run_key: String,
+    src: i64,
+    seq: i64,
+    head: Option<String>,
+}
+
+impl From<HeadScanRow> for HeadRow {
+    fn from(r: HeadScanRow) -> Self {
+        Self {
+            namespace: r.namespace,
+            key: r.run_key,
+            checkpointed: r.src == 1,
+            seq: r.seq,
+            head: r.head,
+        }
+    }
+}
+
+/// A verification-scan row (run head, checkpointed head or event).
+#[derive(Debug)]
+pub(crate) struct AuditScanRow {
+    namespace: String,
+    run_key: String,
+    src: i64,
+    seq: i64,
+    kind: Option<String>,
+    actor: Option<String>,
+    from_state: Option<String>,
+    to_state: Option<String>,
+    version: Option<i64>,
+    detail: Option<String>,
+    prev_hash: Option<String>,
+    hash: Option<String>,
+    created_at: Option<i64>,
+    archived_at: Option<i64>,
+}
+
+impl AuditScanRow {
+    pub(crate) fn into_scan(self) -> Result<ScanRow> {
+        Ok(match self.src {
+            0 => ScanRow::Run {
+                namespace: self.namespace,
+                key: self.run_key,
+                seq: self.seq,
+                head: self.hash,
+                archived_at: self.archived_at,
+            },
+            1 => ScanRow::Checkpointed {
+                namespace: self.namespace,
+                key: self.run_key,
+                seq: self.seq,
+                head: self.hash.unwrap_or_default(),
+            },
+            _ => {
+                // An event whose detail is not JSON is still walked: its
+                // hash will not match, which names the row.
+                let detail = self.detail.unwrap_or_default();
+                let detail =
+                    serde_json::from_str(&detail).unwrap_or(serde_json::Value::String(detail));
+                ScanRow::Event(AuditRecord {
+                    entry: AuditEntry {
+                        namespace: self.namespace,
+                        key: self.run_key,
+                        seq: self.seq,
+                        kind: self.kind.unwrap_or_default(),
+                        actor: self.actor.unwrap_or_default(),
+                        from_state: self.from_state,
+                        to_state: self.to_state,
+                        version: self.version,
+                        detail,
+                        created_at: self.created_at.unwrap_or_default(),
+                    },
+                    prev_hash: self.prev_hash,
+                    hash: self.hash.unwrap_or_default(),
+                })
+            }
+        })
+    }
+}
+
+/// An `audit_checkpoints` row.
+#[derive(Debug)]
+pub(crate) struct CheckpointRow {
+    id: i64,
+    created_at: i64,
+    chain_count: i64,
+    digest: String,
+    changed: i64,
+    removed: i64,
+    anomalies: i64,
+    reason: String,
+    prev_hash: Option<String>,
+    hash: String,
+}
+
+impl From<CheckpointRow> for Checkpoint {
+    fn from(r: CheckpointRow) -> Self {
+        Self {
+            id: r.id,
+            created_at: r.created_at,
+            chain_count: r.chain_count,
+            digest: r.digest,
+            changed: r.changed,
+            removed: r.removed,
+            anomalies: r.anomalies,
+            reason: r.reason,
+            prev_hash: r.prev_hash,
+            hash: r.hash,
+        }
+    }
+}
+
+/// An `audit_verifications` row.
+#[derive(Debug)]
+pub(crate) struct VerificationRow {
+    id: String,
+    started_at: i64,
+    finished_at: i64,
+    namespace: Option<String>,
+    chains: i64,
+    failures: i64,
+    first_failure: Option<String>,
+    checkpoint_id: Option<i64>,
+}
+
+impl From<VerificationRow> for Verification {
+    fn from(r: VerificationRow) -> Self {
+        Self {
+            id: r.id,
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+            namespace: r.namespace,
+            chains: r.chains,
+            failures: r.failures,
+            first_failure: r.first_failure,
+            checkpoint_id: r.checkpoint_id,
+        }
+    }
+}
+
+/// A retention candidate.
+#[derive(Debug)]
+pub(crate) struct StampRow {
+    namespace: String,
+    run_key: String,
+    version: i64,
+    state: String,
+    updated_at: i64,
+}
+
+impl From<StampRow> for RunStamp {
+    fn from(r: StampRow) -> Self {
+        Self {
+            namespace: r.namespace,
+            key: r.run_key,
+            version: r.version,
+            state: r.state,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+impl FromRow for HeadScanRow {
+    fn from_row(row: &dyn Row) -> Result<Self> {
+        Ok(Self {
+            namespace: row.get("namespace")?,
+            run_key: row.get("run_key")?,
+            src: row.get("src")?,
+            seq: row.get("seq")?,
+            head: row.get("head")?,
+        })
+    }
+}
+
+impl FromRow for AuditScanRow {
+    fn from_row(row: &dyn Row) -> Result<Self> {
+        Ok(Self {
+            namespace: row.get("namespace")?,
+            run_key: row.get("run_key")?,
+            src: row.get("src")?,
+            seq: row.get("seq")?,
+            kind: row.get("kind")?,
+            actor: row.get("actor")?,
+            from_state: row.get("from_state")?,
+            to_state: row.get("to_state")?,
+            version: row.get("version")?,
+            detail: row.get("detail")?,
+            prev_hash: row.get("prev_hash")?,
+            hash: row.get("hash")?,
+            created_at: row.get("created_at")?,
+            archived_at: row.get("archived_at")?,
+        })
+    }
+}
+
+impl FromRow for CheckpointRow {
+    fn from_row(row: &dyn Row) -> Result<Self> {
+        Ok(Self {
+            id: row.get("id")?,
+            created_at: row.get("created_at")?,
+            chain_count: row.get("chain_count")?,
+            digest: row.get("digest")?,
+            changed: row.get("changed")?,
+            removed: row.get("removed")?,
+            anomalies: row.get("anomalies")?,
+            reason: row.get("reason")?,
+            prev_hash: row.get("prev_hash")?,
+            hash: row.get("hash")?,
+        })
+    }
+}
+
+impl FromRow for VerificationRow {
+    fn from_row(row: &dyn Row) -> Result<Self> {
+        Ok(Self {
+            id: row.get("id")?,
+            started_at: row.get("started_at")?,
+            finished_at: row.get("finished_at")?,
+            namespace: row.get("namespace")?,
+            chains: row.get("chains")?,
+            failures: row.get("failures")?,
+            first_failure: row.get("first_failure")?,
+            checkpoint_id: row.get("checkpoint_id")?,
+        })
+    }
+}
+
+impl FromRow for StampRow {
+    fn from_row(row: &dyn Row) -> Result<Self> {
+        Ok(Self {
+            namespace: row.get("namespace")?,
+            run_key: row.get("run_key")?,
+            version: row.get("version")?,
+            state: row.get("state")?,
+            updated_at: row.get("updated_at")?,
+        })
+    }
+}

@@ -1,0 +1,197 @@
+//! The embedded SQLite backend: one node, durable by default.
+//!
+//! Every connection runs in WAL mode with `synchronous=FULL`, a busy
+//! timeout and foreign keys on (set by the connect options, so a connection
+//! the pool opens later gets them too). Writes go through one connection
+//! owned by the [group-commit executor](group_commit): concurrent write
+//! transactions share one durable transaction, each in its own savepoint,
+//! and each caller is answered once that transaction is on disk. Reads use
+//! a separate pool whose connections run with `PRAGMA query_only = ON`, so
+//! a write that bypassed the writer fails loudly instead of fighting it
+//! for the lock.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::SqlitePool;
+
+use super::exec::{Read, Reader, Tx};
+use super::sql::{Dialect, Statements};
+use super::sqlx_exec::SqliteReadPool;
+use super::tx::ledger::settled_claim;
+use super::{Backend, Db, Finish, Job, StoreOptions};
+use crate::clock::{Millis, SharedClock};
+use crate::ledger::{ClaimOutcome, ClaimRequest};
+use crate::storage::{Result, StoreError};
+
+pub mod backup;
+pub mod group_commit;
+
+pub use group_commit::{GroupCommit, GroupCommitOptions};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
+
+/// The SQLite store: every port over one file.
+pub type SqliteStore = Db<SqliteBackend>;
+
+/// Where SQLite's writes and reads go.
+#[derive(Debug)]
+pub struct SqliteBackend {
+    write: Arc<GroupCommit>,
+    read: SqliteReadPool,
+    connect: SqliteConnectOptions,
+    st: Arc<Statements>,
+    clock: SharedClock,
+}
+
+impl Db<SqliteBackend> {
+    /// Opens the database file a `sqlite://PATH` URL names, creating it,
+    /// with the default group commit.
+    ///
+    /// # Errors
+    /// The URL does not parse, names an in-memory database (two pools would
+    /// see two databases), or the file cannot be opened.
+    pub async fn connect(url: &str, options: StoreOptions) -> Result<Self> {
+        Self::connect_with(url, options, GroupCommitOptions::default()).await
+    }
+
+    /// Opens the database with the given group-commit batching.
+    ///
+    /// # Errors
+    /// As [`SqliteStore::connect`].
+    pub async fn connect_with(
+        url: &str,
+        options: StoreOptions,
+        group: GroupCommitOptions,
+    ) -> Result<Self> {
+        if url.contains(":memory:") || url.contains("mode=memory") {
+            return Err(StoreError::UnsupportedUrl(format!(
+                "{url} (in-memory SQLite loses every claim on exit; name a file)"
+            )));
+        }
+        let connect = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_millis(options.busy_timeout_ms))
+            .foreign_keys(true);
+        let write = GroupCommit::start(&connect, group).await?;
+        let read = SqlitePoolOptions::new()
+            .max_connections(options.max_connections.max(1))
+            // A file connection does not go stale; sqlx's ping before each
+            // use would cost every read a trip to the connection's thread.
+            .test_before_acquire(false)
+            .connect_with(connect.clone().pragma("query_only", "ON"))
+            .await?;
+        let st = Statements::new(Dialect::Sqlite).redacting(options.redaction.clone());
+        Ok(Self::new(SqliteBackend {
+            write: Arc::new(write),
+            read: SqliteReadPool(read),
+            connect,
+            st: Arc::new(st),
+            clock: options.clock,
+        }))
+    }
+
+    /// The group-commit executor every write goes through.
+    pub fn writer(&self) -> &GroupCommit {
+        &self.backend().write
+    }
+
+    /// The pool reads go through (its connections refuse writes).
+    pub fn read_pool(&self) -> &SqlitePool {
+        &self.backend().read.0
+    }
+}
+
+impl SqliteBackend {
+    fn reader(&self) -> Reader<'_> {
+        let now = self.clock.now_ms();
+        Reader::new(&self.read, &self.st, Some(now), now)
+    }
+}
+
+impl Backend for SqliteBackend {
+    const NAME: &'static str = "sqlite";
+
+    fn statements(&self) -> &Arc<Statements> {
+        &self.st
+    }
+
+    fn clock(&self) -> &SharedClock {
+        &self.clock
+    }
+
+    fn now(&self) -> Option<Millis> {
+        Some(self.clock.now_ms())
+    }
+
+    fn read(&self) -> &dyn Read {
+        &self.read
+    }
+
+    /// Runs the whole job on the writer's thread, inside a savepoint of the
+    /// open batch: under load a turn handed to a task on the server's
+    /// runtime would wait for every task queued before it.
+    async fn write<T: Send + 'static>(&self, job: Job<T>) -> Result<T> {
+        let (writer, st, clock) = (self.write.clone(), self.st.clone(), self.clock.clone());
+        let done = self
+            .write
+            .run(async move {
+                let mut turn = writer.begin().await?;
+                let now = clock.now_ms();
+                let mut tx = Tx::new(&mut *turn, &st, Some(now), now, Self::NAME);
+                let outcome = job(&mut tx).await;
+                match outcome? {
+                    Finish::Commit(value) => {
+                        turn.commit().await?;
+                        Ok(value)
+                    }
+                    Finish::Rollback(value) => {
+                        turn.rollback().await?;
+                        Ok(value)
+                    }
+                }
+            })
+            .await?;
+        done
+    }
+
+    /// A duplicate (the key is settled) is answered from the read pool and
+    /// never waits for a group commit.
+    async fn claim_first(&self, req: &ClaimRequest) -> Result<Option<ClaimOutcome>> {
+        settled_claim(&self.reader(), req).await
+    }
+
+    async fn accept_first(&self, req: &ClaimRequest) -> Result<Option<ClaimOutcome>> {
+        settled_claim(&self.reader(), req).await
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        // Migrations take their own connection: they manage their own
+        // transactions, which a turn inside a batch cannot.
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(self.connect.clone())
+            .await?;
+        let migrated = MIGRATOR.run(&pool).await;
+        pool.close().await;
+        Ok(migrated?)
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.read.0).await?;
+        Ok(())
+    }
+
+    async fn backup(&self, dest: &std::path::Path) -> Result<()> {
+        backup::sqlite(&self.connect, dest).await
+    }
+
+    async fn close(&self) {
+        self.write.close().await;
+        self.read.0.close().await;
+    }
+}

@@ -1,0 +1,407 @@
+//! Dead letters' transactions: the record every component writes inside
+//! its own transaction, the operator's commands, the workflow's failure
+//! report by execution ref; and the [`DeadLetterStore`] port.
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+
+use super::chain::{note, record};
+use super::ledger::fetch_in as run_in;
+use super::{replace, replay};
+use crate::clock::Millis;
+use crate::db::exec::{Args, Tx};
+use crate::db::rows::{AttemptRow, DeadLetterRow, EffectRow, LinkRow, RunRow};
+use crate::db::sql::deadletter::DeadLetterStatements;
+use crate::db::{Backend, Db, Finish};
+use crate::deadletter::port::DeadLetterStore;
+use crate::deadletter::{
+    ActionOutcome, DeadLetter, DeadLetterClass, DeadLetterFilter, DeadLetterInput, ExecutionFailed,
+    ExecutionFailure, Refusal, ReplaceCommand, ReplayCommand, Resolution, ResolveCommand, RunLink,
+};
+use crate::ledger::{Move, Run};
+use crate::storage::{Result, StoreError};
+
+/// Records a dead letter for `run` inside the caller's transaction (the
+/// move that stopped the run, or the quarantine of a delivery) and returns
+/// its id. Reads the run's metadata, payload reference and attempt history
+/// in the same transaction, so the evidence is what the move saw.
+pub(crate) async fn record_dead_letter(
+    tx: &mut Tx<'_>,
+    run: &Run,
+    input: &DeadLetterInput,
+    at: Millis,
+) -> Result<String> {
+    let st = tx.st;
+    let (ns, key) = (run.namespace.as_str(), run.key.as_str());
+    let raw_event_id = match &input.raw_event_id {
+        Some(id) => Some(id.clone()),
+        None => tx
+            .optional::<(String,)>(
+                &st.ingress.accepted_raw_event,
+                Args::new().bind(ns).bind(key),
+            )
+            .await?
+            .map(|(id,)| id),
+    };
+    let payload_hash = match &input.raw_event_id {
+        Some(id) => tx
+            .optional::<(String,)>(&st.ingress.raw_event_hash, Args::new().bind(id))
+            .await?
+            .map_or_else(|| run.payload_hash.to_string(), |(hash,)| hash),
+        None => run.payload_hash.to_string(),
+    };
+    let payload_ref = raw_event_id
+        .as_ref()
+        .map(|id| format!("raw_event:{id}"))
+        .or_else(|| run.metadata.source_url.clone());
+    let (mut attempts, last) = history(tx, run).await?;
+    let mut evidence = input.evidence.clone().or(last);
+    // Redaction: every payload-derived copy, before storage.
+    let mut detail = input.detail.clone();
+    st.redactor.value(ns, &mut detail);
+    st.redactor.value(ns, &mut attempts);
+    if let Some(e) = evidence.as_mut() {
+        st.redactor.value(ns, e);
+    }
+    let earlier: Vec<(String,)> = tx
+        .all(
+            &st.deadletter.replayed_before,
+            Args::new().bind(ns).bind(key),
+        )
+        .await?;
+    let id = uuid::Uuid::now_v7().to_string();
+    let args = Args::new()
+        .bind(&id)
+        .bind(ns)
+        .bind(key)
+        .bind(input.class.as_str())
+        .bind(input.class.component().as_str())
+        .bind(&raw_event_id)
+        .bind(detail.to_string())
+        .bind(at)
+        .bind(key)
+        .bind(run.correlation_id())
+        .bind(&run.metadata.operation)
+        .bind(&run.metadata.workflow_version)
+        .bind(None::<String>)
+        .bind(payload_ref)
+        .bind(payload_hash)
+        .bind(&input.error)
+        .bind(attempts.to_string())
+        .bind(evidence.map(|e| e.to_string()))
+        .bind(run.state.as_str())
+        .bind(input.class.next_action())
+        .bind(earlier.first().map(|(id,)| id.as_str()))
+        .bind(earlier.len() as i64);
+    tx.execute(&st.deadletter.insert, args).await?;
+    Ok(id)
+}
+
+/// Each effect of the run with its attempts, and the evidence of the
+/// latest attempt.
+async fn history(tx: &mut Tx<'_>, run: &Run) -> Result<(Value, Option<Value>)> {
+    let st = tx.st;
+    let args = Args::new()
+        .bind(run.namespace.as_str())
+        .bind(run.key.as_str());
+    let effects: Vec<EffectRow> = tx.all(&st.outbox.effects_of, args).await?;
+    let mut out = Vec::new();
+    let mut last: Option<(i64, Value)> = None;
+    for row in effects {
+        let effect = row.into_effect()?;
+        let rows: Vec<AttemptRow> = tx
+            .all(&st.outbox.attempts, Args::new().bind(&effect.id))
+            .await?;
+        let mut attempts = Vec::new();
+        for a in rows {
+            let a = a.into_view()?;
+            if last.as_ref().is_none_or(|(at, _)| a.finished_at >= *at) {
+                let evidence = json!({ "effect_id": effect.id, "attempt": a.attempt,
+                    "class": a.class, "evidence": a.evidence });
+                last = Some((a.finished_at, evidence));
+            }
+            attempts.push(
+                json!({ "attempt": a.attempt, "class": a.class, "status": a.status,
+                "error": a.error, "started_at": a.started_at, "finished_at": a.finished_at }),
+            );
+        }
+        out.push(json!({
+            "effect_id": effect.id, "effect_type": effect.new.effect_type,
+            "operation": effect.new.operation, "target": effect.new.target,
+            "idempotency_key": effect.new.idempotency_key, "state": effect.state.as_str(),
+            "external_ref": effect.external_ref, "attempts": attempts,
+        }));
+    }
+    Ok((Value::Array(out), last.map(|(_, e)| e)))
+}
+
+/// One record, inside a transaction.
+pub(crate) async fn fetch_in(tx: &mut Tx<'_>, id: &str) -> Result<Option<DeadLetter>> {
+    let st = tx.st;
+    tx.optional::<DeadLetterRow>(&st.deadletter.fetch, Args::new().bind(id))
+        .await?
+        .map(DeadLetterRow::into_dead_letter)
+        .transpose()
+}
+
+/// One record, inside a transaction, that must exist.
+pub(crate) async fn refetch(tx: &mut Tx<'_>, id: &str) -> Result<DeadLetter> {
+    fetch_in(tx, id)
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("dead letter vanished".into()))
+}
+
+/// An audit entry on the record's run that moves nothing (the run keeps
+/// its state), chained like any other.
+pub(crate) async fn note_on_run(
+    tx: &mut Tx<'_>,
+    dl: &DeadLetter,
+    kind: &str,
+    actor: &str,
+    detail: Value,
+) -> Result<()> {
+    let st = tx.st;
+    let args = Args::new().bind(&dl.namespace).bind(&dl.key);
+    let Some(row) = tx.optional::<RunRow>(&st.runs.touch, args).await? else {
+        return Ok(());
+    };
+    let from = row.to_run()?.state;
+    let at = tx.clock_now;
+    note(tx, &row, kind, actor, detail, at, Some(from)).await?;
+    Ok(())
+}
+
+/// Moves a run by an operator's command (no lease), with its audit entry.
+pub(crate) async fn operator_move(
+    tx: &mut Tx<'_>,
+    dl: &DeadLetter,
+    mv: Move,
+    reason: Option<&str>,
+    actor: &str,
+    detail: Value,
+) -> Result<Option<Run>> {
+    let st = tx.st;
+    let sql = st
+        .runs
+        .operator_move
+        .get(&mv)
+        .ok_or_else(|| StoreError::Corrupt(format!("no operator statement for {mv:?}")))?;
+    let args = Args::new()
+        .bind(tx.now)
+        .bind(&dl.namespace)
+        .bind(&dl.key)
+        .bind(reason);
+    let Some(row) = tx.optional::<RunRow>(sql, args).await? else {
+        return Ok(None);
+    };
+    let run = row.to_run()?;
+    record(tx, &row, &run, mv, actor, detail).await?;
+    Ok(Some(run))
+}
+
+/// How an open record is closed.
+pub(crate) struct Closing<'a> {
+    pub(crate) resolution: Resolution,
+    pub(crate) actor: &'a str,
+    pub(crate) note: &'a str,
+    pub(crate) retain_ms: i64,
+    pub(crate) replayed: bool,
+    pub(crate) replaced_by: Option<(&'a str, &'a str)>,
+}
+
+/// Ends an open record; `false` when it was resolved meanwhile.
+pub(crate) async fn close(tx: &mut Tx<'_>, id: &str, how: Closing<'_>) -> Result<bool> {
+    let st = tx.st;
+    let args = Args::new()
+        .bind(tx.now)
+        .bind(id)
+        .bind(how.resolution.as_str())
+        .bind(how.actor)
+        .bind(how.note)
+        .bind(how.retain_ms)
+        .bind(i64::from(how.replayed))
+        .bind(how.replaced_by.map(|(ns, _)| ns))
+        .bind(how.replaced_by.map(|(_, key)| key));
+    Ok(tx.execute(&st.deadletter.resolve, args).await? == 1)
+}
+
+/// Why an open command cannot start from this record, if it cannot.
+pub(crate) fn refusal(dl: Option<&DeadLetter>) -> Option<Refusal> {
+    match dl {
+        None => Some(Refusal::NotFound),
+        Some(dl) => dl.resolution.map(Refusal::AlreadyResolved),
+    }
+}
+
+/// The refusal for a record whose run is no longer dead-lettered.
+pub(crate) async fn not_dead_lettered(tx: &mut Tx<'_>, dl: &DeadLetter) -> Result<Refusal> {
+    let run = run_in(tx, &dl.namespace, &dl.key).await?;
+    Ok(Refusal::RunNotDeadLettered(run.map(|r| r.state)))
+}
+
+/// A refusal that writes nothing.
+pub(crate) fn refused(why: Refusal) -> Result<Finish<ActionOutcome>> {
+    Ok(Finish::Rollback(ActionOutcome::Refused(why)))
+}
+
+/// `resolve`: record closed, run `dead_lettered → failed_terminal`.
+async fn resolve(tx: &mut Tx<'_>, cmd: &ResolveCommand) -> Result<Finish<ActionOutcome>> {
+    let dl = fetch_in(tx, &cmd.id).await?;
+    if let Some(why) = refusal(dl.as_ref()) {
+        return refused(why);
+    }
+    let dl = dl.ok_or_else(|| StoreError::Corrupt("dead letter vanished".into()))?;
+    let closing = Closing {
+        resolution: cmd.resolution,
+        actor: &cmd.actor,
+        note: &cmd.note,
+        retain_ms: cmd.retain_ms,
+        replayed: false,
+        replaced_by: None,
+    };
+    if !close(tx, &cmd.id, closing).await? {
+        return refused(Refusal::AlreadyResolved(cmd.resolution));
+    }
+    let detail = json!({ "dead_letter_id": dl.id, "class": dl.class.as_str(),
+        "resolution": cmd.resolution.as_str(), "note": cmd.note });
+    let mut moved = None;
+    if dl.class.stops_run() {
+        let reason = format!(
+            "dead letter resolved ({}) by {}: {}",
+            cmd.resolution, cmd.actor, cmd.note
+        );
+        moved = operator_move(tx, &dl, Move::Resolve, Some(&reason), &cmd.actor, detail).await?;
+        if moved.is_none() {
+            return refused(not_dead_lettered(tx, &dl).await?);
+        }
+    } else {
+        note_on_run(tx, &dl, "dead_letter_resolved", &cmd.actor, detail).await?;
+    }
+    let after = refetch(tx, &cmd.id).await?;
+    Ok(Finish::Commit(ActionOutcome::Done {
+        dead_letter: Box::new(after),
+        run: moved.map(Box::new),
+        effects: 0,
+    }))
+}
+
+/// `fail-by-execution`: every `processing` run of the execution moves,
+/// with its audit entry and (not retryable) dead letter; `None` when none
+/// was processing (nothing written).
+async fn fail_by_execution(
+    tx: &mut Tx<'_>,
+    f: &ExecutionFailure,
+) -> Result<Finish<Option<Vec<Run>>>> {
+    let mv = if f.retryable {
+        Move::ExecutionFailed
+    } else {
+        Move::WorkflowError
+    };
+    let st = tx.st;
+    let sql = st
+        .runs
+        .fail_by_execution
+        .get(&mv)
+        .ok_or_else(|| StoreError::Corrupt(format!("no statement for {mv:?}")))?;
+    let reason = (!f.retryable).then_some(f.message.as_str());
+    let args = Args::new()
+        .bind(tx.now)
+        .bind(&f.execution_ref)
+        .bind(&f.message)
+        .bind(reason);
+    let rows: Vec<RunRow> = tx.all(sql, args).await?;
+    if rows.is_empty() {
+        return Ok(Finish::Rollback(None));
+    }
+    let mut moved = Vec::with_capacity(rows.len());
+    for row in rows {
+        let run = row.to_run()?;
+        record(tx, &row, &run, mv, &f.actor, f.evidence()).await?;
+        if !f.retryable {
+            let mut input = DeadLetterInput::new(
+                DeadLetterClass::WorkflowError,
+                f.message.clone(),
+                f.evidence(),
+            );
+            input.evidence = Some(f.evidence());
+            record_dead_letter(tx, &run, &input, run.updated_at).await?;
+        }
+        moved.push(run);
+    }
+    Ok(Finish::Commit(Some(moved)))
+}
+
+#[async_trait]
+impl<B: Backend> DeadLetterStore for Db<B> {
+    async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetter>> {
+        let (sql, args) = DeadLetterStatements::list(filter);
+        self.reader()
+            .all::<DeadLetterRow>(&sql, args)
+            .await?
+            .into_iter()
+            .map(DeadLetterRow::into_dead_letter)
+            .collect()
+    }
+
+    async fn dead_letter(&self, id: &str) -> Result<Option<DeadLetter>> {
+        let rd = self.reader();
+        rd.optional::<DeadLetterRow>(&rd.st.deadletter.fetch, Args::new().bind(id))
+            .await?
+            .map(DeadLetterRow::into_dead_letter)
+            .transpose()
+    }
+
+    async fn assign_dead_letter(&self, id: &str, owner: &str) -> Result<Option<DeadLetter>> {
+        let (record, owner) = (id.to_owned(), owner.to_owned());
+        self.commit(move |tx| {
+            Box::pin(async move {
+                let st = tx.st;
+                let args = Args::new().bind(&record).bind(&owner);
+                tx.execute(&st.deadletter.assign, args).await
+            })
+        })
+        .await?;
+        self.dead_letter(id).await
+    }
+
+    async fn resolve_dead_letter(&self, cmd: &ResolveCommand) -> Result<ActionOutcome> {
+        let cmd = cmd.clone();
+        self.write(move |tx| Box::pin(async move { resolve(tx, &cmd).await }))
+            .await
+    }
+
+    async fn replay_dead_letter(&self, cmd: &ReplayCommand) -> Result<ActionOutcome> {
+        replay::replay(self, cmd).await
+    }
+
+    async fn replace_dead_letter(&self, cmd: &ReplaceCommand) -> Result<ActionOutcome> {
+        let cmd = cmd.clone();
+        self.write(move |tx| Box::pin(async move { replace::replace(tx, &cmd).await }))
+            .await
+    }
+
+    async fn fail_by_execution(&self, failure: &ExecutionFailure) -> Result<ExecutionFailed> {
+        let owned = failure.clone();
+        let moved = self
+            .write(move |tx| Box::pin(async move { fail_by_execution(tx, &owned).await }))
+            .await?;
+        if let Some(moved) = moved {
+            return Ok(ExecutionFailed::Moved(moved));
+        }
+        let rd = self.reader();
+        let args = Args::new().bind(&failure.execution_ref);
+        let runs: Vec<RunRow> = rd.all(&rd.st.runs.runs_by_execution, args).await?;
+        if runs.is_empty() {
+            return Ok(ExecutionFailed::NoRun);
+        }
+        let runs = runs.iter().map(RunRow::to_run).collect::<Result<_>>()?;
+        Ok(ExecutionFailed::NotProcessing(runs))
+    }
+
+    async fn run_links(&self, namespace: &str, key: &str) -> Result<Vec<RunLink>> {
+        let rd = self.reader();
+        let args = Args::new().bind(namespace).bind(key);
+        let rows: Vec<LinkRow> = rd.all(&rd.st.deadletter.links, args).await?;
+        Ok(rows.into_iter().map(RunLink::from).collect())
+    }
+}

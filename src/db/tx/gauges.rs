@@ -1,0 +1,69 @@
+//! The scrape-time gauges and the console dashboard's counts, read
+//! without a transaction; the [`GaugeStore`] port.
+
+use async_trait::async_trait;
+
+use crate::clock::Millis;
+use crate::db::exec::Args;
+use crate::db::{Backend, Db};
+use crate::metrics::port::{GaugeStore, HourCount, OpenDeadLetters};
+use crate::storage::Result;
+
+#[async_trait]
+impl<B: Backend> GaugeStore for Db<B> {
+    async fn stale_processing(&self) -> Result<Vec<(String, i64)>> {
+        let rd = self.reader();
+        rd.all(&rd.st.gauges.stale_processing, Args::new().bind(rd.now))
+            .await
+    }
+
+    async fn open_dead_letters(&self) -> Result<Vec<OpenDeadLetters>> {
+        let rd = self.reader();
+        let rows: Vec<(String, i64, i64)> = rd
+            .all(&rd.st.gauges.open_dead_letters, Args::new().bind(rd.now))
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(namespace, count, oldest_age_ms)| OpenDeadLetters {
+                namespace,
+                count,
+                oldest_age_ms,
+            })
+            .collect())
+    }
+
+    async fn backlog(&self) -> Result<Vec<(String, String, i64)>> {
+        let rd = self.reader();
+        rd.all(&rd.st.gauges.backlog, Args::new()).await
+    }
+
+    async fn gate_waits(&self, since: Millis, limit: i64) -> Result<Vec<i64>> {
+        let rd = self.reader();
+        let rows: Vec<(i64,)> = rd
+            .all(
+                &rd.st.gauges.gate_waits,
+                Args::new().bind(since).bind(limit),
+            )
+            .await?;
+        Ok(rows.into_iter().map(|(ms,)| ms).collect())
+    }
+
+    async fn dead_letters_by_hour(&self, since: Millis) -> Result<Vec<HourCount>> {
+        let rd = self.reader();
+        let rows: Vec<(i64, i64)> = rd
+            .all(&rd.st.gauges.dead_letters_by_hour, Args::new().bind(since))
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(hour, count)| HourCount { hour, count })
+            .collect())
+    }
+
+    async fn pending_challenges(&self) -> Result<i64> {
+        let rd = self.reader();
+        let (count,): (i64,) = rd
+            .one(&rd.st.gauges.pending_challenges, Args::new())
+            .await?;
+        Ok(count)
+    }
+}

@@ -1,0 +1,93 @@
+//! Browser sessions and the API tokens the service stores itself (only
+//! digests); and the [`SessionStore`] port. Every write goes through the
+//! writer.
+
+use async_trait::async_trait;
+
+use super::to_json;
+use crate::approval::port::{SessionStore, StoredToken};
+use crate::approval::StoredSession;
+use crate::db::exec::Args;
+use crate::db::rows::{SessionRow, TokenRow};
+use crate::db::{Backend, Db};
+use crate::storage::Result;
+
+#[async_trait]
+impl<B: Backend> SessionStore for Db<B> {
+    async fn insert_session(&self, session: &StoredSession) -> Result<()> {
+        let s = session.clone();
+        self.commit(move |tx| {
+            Box::pin(async move {
+                let st = tx.st;
+                let args = Args::new()
+                    .bind(&s.id_hash)
+                    .bind(&s.subject)
+                    .bind(to_json(&s.scopes)?)
+                    .bind(to_json(&s.roles)?)
+                    .bind(s.auth.as_str())
+                    .bind(tx.clock_now)
+                    .bind(s.expires_at);
+                tx.execute(&st.approval.insert_session, args).await?;
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    async fn session(&self, id_hash: &str) -> Result<Option<StoredSession>> {
+        let rd = self.reader();
+        let args = Args::new().bind(rd.now).bind(id_hash);
+        rd.optional::<SessionRow>(&rd.st.approval.session, args)
+            .await?
+            .map(SessionRow::into_session)
+            .transpose()
+    }
+
+    async fn delete_session(&self, id_hash: &str) -> Result<()> {
+        let id_hash = id_hash.to_owned();
+        self.commit(move |tx| {
+            Box::pin(async move {
+                let st = tx.st;
+                tx.execute(&st.approval.delete_session, Args::new().bind(&id_hash))
+                    .await?;
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    async fn purge_sessions(&self) -> Result<u64> {
+        self.commit(move |tx| {
+            Box::pin(async move {
+                let st = tx.st;
+                tx.execute(&st.approval.purge_sessions, Args::new().bind(tx.now))
+                    .await
+            })
+        })
+        .await
+    }
+
+    async fn stored_tokens(&self) -> Result<Vec<StoredToken>> {
+        let rd = self.reader();
+        let rows: Vec<TokenRow> = rd.all(&rd.st.approval.tokens, Args::new()).await?;
+        Ok(rows.into_iter().map(StoredToken::from).collect())
+    }
+
+    async fn insert_token(&self, token: &StoredToken) -> Result<()> {
+        let token = token.clone();
+        self.commit(move |tx| {
+            Box::pin(async move {
+                let st = tx.st;
+                let args = Args::new()
+                    .bind(&token.digest)
+                    .bind(&token.subject)
+                    .bind(token.scopes.join(","))
+                    .bind(token.roles.join(","))
+                    .bind(tx.clock_now);
+                tx.execute(&st.approval.insert_token, args).await?;
+                Ok(())
+            })
+        })
+        .await
+    }
+}

@@ -1,0 +1,3 @@
+//! Metrics: the storage the scrape-time gauges read.
+
+pub mod port;

@@ -1,0 +1,3 @@
+//! Retention: terminal runs archived and slimmed to tombstones.
+
+pub mod port;

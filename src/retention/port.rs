@@ -1,0 +1,43 @@
+//! The retention sweeper's storage port: which terminal runs are due,
+//! every row that belongs to one, slimming archived runs to tombstones,
+//! and scrubbing verbatim bodies that are no longer needed.
+
+use async_trait::async_trait;
+
+use crate::ops::retention::{RunMaterial, RunStamp, Selection};
+use crate::storage::Result;
+
+/// Storage calls of retention.
+#[async_trait]
+pub trait RetentionStore: Send + Sync + std::fmt::Debug {
+    /// Terminal runs due for archiving (`tombstones`: slimmed runs due for
+    /// deletion) under a selection, oldest first. Never an active run.
+    ///
+    /// # Errors
+    /// On database failure.
+    async fn retention_candidates(
+        &self,
+        sel: &Selection,
+        tombstones: bool,
+    ) -> Result<Vec<RunStamp>>;
+
+    /// Every stored row of a run and of the tables that belong to it.
+    ///
+    /// # Errors
+    /// On database failure.
+    async fn run_material(&self, stamp: &RunStamp) -> Result<Option<RunMaterial>>;
+
+    /// Slims archived runs to tombstones by compare-and-set on their
+    /// version, deleting the rows the material holds, in one transaction.
+    ///
+    /// # Errors
+    /// On database failure; nothing is slimmed.
+    async fn slim_runs(&self, runs: &[RunMaterial], archive_file: &str, now: i64) -> Result<u64>;
+
+    /// Replaces up to `limit` verbatim bodies of finished effects (in
+    /// namespaces with redaction rules) by their redacted form.
+    ///
+    /// # Errors
+    /// On database failure.
+    async fn scrub_effect_bodies(&self, limit: i64, now: i64) -> Result<u64>;
+}
