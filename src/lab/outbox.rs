@@ -3,27 +3,23 @@
 //! Rows are real [`Effect`]s; a leased one is a real [`Leased`], whose
 //! [`Leased::reconciling`] decides whether (g) probes instead of sending.
 //! Every answer is classified by the dispatcher's own
-//! [`classify`](crate::outbox::classify::classify), retries are timed by
-//! its [`next_attempt_at`], and the verdict's effect state comes from
-//! [`Verdict::state`]. The step from outcome to verdict mirrors
-//! `Dispatcher::verdict` and `probe_verdict` (private there), for (g)
-//! exactly; (f) is the same outbox without reconciliation: an unknown
-//! outcome or a dead dispatcher's lease is simply sent again.
+//! [`classify`](crate::outbox::classify::classify), decided by its own
+//! policy ([`verdict`]: retries within budget, reconciliation, failure),
+//! and the verdict's effect state comes from [`Verdict::state`]. (g) is
+//! the dispatcher exactly; (f) is the same outbox without reconciliation:
+//! an unknown outcome or a dead dispatcher's lease is simply sent again.
 
 use std::collections::{BTreeMap, BTreeSet};
-
-use rand_chacha::ChaCha8Rng;
 
 use super::sim::{World, DB_MS};
 use super::target::Reply;
 use super::{Downstream, Strategy};
 use crate::clock::Millis;
-use crate::outbox::backoff::next_attempt_at;
 use crate::outbox::classify::Outcome;
-use crate::outbox::dispatcher::earliest_send;
+use crate::outbox::verdict;
 use crate::outbox::{
-    default_idempotency_key, Effect, EffectSpec, EffectState, FailClass, Leased, NewEffect,
-    RetryBudget, TargetConfig, TargetKind, Verdict,
+    default_idempotency_key, Effect, EffectSpec, EffectState, Leased, NewEffect, RetryBudget,
+    TargetConfig, TargetKind, Verdict,
 };
 
 mod step;
@@ -240,84 +236,32 @@ impl Dispatcher {
     }
 }
 
-/// The verdict for a sent attempt, as `Dispatcher::verdict` decides it;
-/// without reconciliation an ambiguous outcome is simply retried.
+/// The verdict for a sent attempt: the dispatcher's own policy
+/// ([`verdict::for_attempt`]); without reconciliation an ambiguous outcome
+/// is simply retried.
 fn send_verdict(world: &mut World, leased: &Leased, outcome: Outcome, started: Millis) -> Verdict {
     let (now, reconcile) = (world.now, world.dispatcher.reconcile);
     let target = world.dispatcher.config.clone();
-    let attempts = (leased.effect.attempts + 1) as u32;
-    let first = leased.first_sent_at.unwrap_or(started);
-    let retry = |rng: &mut ChaCha8Rng, retry_after| match next_attempt_at(
-        &target.retry,
-        attempts,
-        first,
+    verdict::for_attempt(
+        &target,
+        leased,
+        outcome,
+        started,
         now,
-        retry_after,
-        rng,
-    ) {
-        Some(at) => Verdict::Retry { at },
-        None => Verdict::Failed {
-            class: FailClass::RetryExhausted,
-            reason: format!("retry budget spent after {attempts} attempts"),
-        },
-    };
-    let rng = &mut world.rng;
-    match outcome {
-        Outcome::Success { external_ref } => Verdict::Completed { external_ref },
-        Outcome::Rejected { reason } => Verdict::Failed {
-            class: FailClass::Rejected,
-            reason,
-        },
-        Outcome::Transient { retry_after } | Outcome::RetrySafe { retry_after } => {
-            retry(rng, retry_after)
-        }
-        Outcome::Ambiguous if !reconcile || target.honours_keys() => retry(rng, None),
-        Outcome::Ambiguous if leased.effect.new.spec.probe_url.is_some() => {
-            match next_attempt_at(&target.retry, attempts, first, now, None, rng) {
-                Some(at) => Verdict::Unknown { at },
-                None => undecidable("the outcome is unknown and the retry budget is spent"),
-            }
-        }
-        Outcome::Ambiguous => undecidable("sent, but the answer was lost; no probe can tell"),
-        Outcome::Permanent => Verdict::Failed {
-            class: FailClass::Permanent,
-            reason: "the target refused the request permanently".into(),
-        },
-    }
+        reconcile,
+        &mut world.rng,
+    )
+    .verdict
 }
 
-/// The verdict of a probe, as `Dispatcher::probe_verdict` decides it.
+/// The verdict of a probe: the dispatcher's own ([`verdict::for_probe`]).
 fn probe_verdict(world: &mut World, leased: &Leased, reply: Reply) -> (Verdict, &'static str) {
-    let now = world.now;
-    match reply {
-        Reply::Status(200..=299) => (
-            Verdict::Completed {
-                external_ref: leased.effect.external_ref.clone(),
-            },
-            "probe_found",
-        ),
-        Reply::Status(404 | 410) => (Verdict::Retry { at: now }, "probe_absent"),
-        _ => {
-            let attempts = leased.effect.attempts.max(1) as u32;
-            let first = leased
-                .first_sent_at
-                .unwrap_or_else(|| earliest_send(leased));
-            let budget = world.dispatcher.config.retry.clone();
-            let verdict = match next_attempt_at(&budget, attempts, first, now, None, &mut world.rng)
-            {
-                Some(at) => Verdict::Unknown { at },
-                None => undecidable("the probe could not decide within the retry budget"),
-            };
-            (verdict, "probe_undecided")
-        }
-    }
-}
-
-fn undecidable(reason: &str) -> Verdict {
-    Verdict::Failed {
-        class: FailClass::UnknownOutcome,
-        reason: reason.into(),
-    }
+    let status = match reply {
+        Reply::Status(status) => Some(status),
+        _ => None,
+    };
+    let target = world.dispatcher.config.clone();
+    verdict::for_probe(&target, leased, status, world.now, &mut world.rng)
 }
 
 impl World {

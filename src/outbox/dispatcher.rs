@@ -19,12 +19,12 @@ use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::backoff::{near_budget, next_attempt_at};
 use super::classify::{classify, Attempted, Outcome};
 use super::killswitch::KillSwitch;
 use super::observe;
 use super::port::OutboxStore;
 use super::sender::{evidence, TargetRuntime};
+use super::verdict;
 use super::{
     AttemptRecord, Decision, FailClass, Leased, Recorded, TargetConfig, TargetRoom, Verdict,
 };
@@ -545,8 +545,9 @@ impl Dispatcher {
             match probe_url(&leased) {
                 Some(url) => target.probe(&url).await,
                 None => {
-                    let verdict =
-                        undecidable("no probe is configured and the target does not honour keys");
+                    let verdict = verdict::undecidable(
+                        "no probe is configured and the target does not honour keys",
+                    );
                     return Decision {
                         leased,
                         verdict,
@@ -591,7 +592,8 @@ impl Dispatcher {
         }
     }
 
-    /// The verdict for a sent attempt's outcome, within the retry budget.
+    /// The verdict for a sent attempt's outcome, within the retry budget
+    /// ([`verdict::for_attempt`]).
     fn verdict(
         &self,
         target: &TargetConfig,
@@ -600,53 +602,15 @@ impl Dispatcher {
         started: i64,
         now: i64,
     ) -> Verdict {
-        let attempts = (leased.effect.attempts + 1) as u32;
-        let first = leased.first_sent_at.unwrap_or(started);
-        let retry = |retry_after| {
-            let mut rng = rand::rngs::StdRng::from_entropy();
-            match next_attempt_at(&target.retry, attempts, first, now, retry_after, &mut rng) {
-                Some(at) => {
-                    if near_budget(&target.retry, attempts, first, at) {
-                        self.metrics.retry_near_budget(&target.name);
-                    }
-                    Verdict::Retry { at }
-                }
-                None => Verdict::Failed {
-                    class: FailClass::RetryExhausted,
-                    reason: format!("retry budget spent after {attempts} attempts"),
-                },
-            }
-        };
-        match outcome {
-            Outcome::Success { external_ref } => Verdict::Completed { external_ref },
-            Outcome::Rejected { reason } => Verdict::Failed {
-                class: FailClass::Rejected,
-                reason,
-            },
-            Outcome::Transient { retry_after } | Outcome::RetrySafe { retry_after } => {
-                retry(retry_after)
-            }
-            // Only a target that honours keys may get the same key again.
-            Outcome::Ambiguous if target.honours_keys() => retry(None),
-            Outcome::Ambiguous if leased.effect.new.spec.probe_url.is_some() => {
-                let mut rng = rand::rngs::StdRng::from_entropy();
-                match next_attempt_at(&target.retry, attempts, first, now, None, &mut rng) {
-                    Some(at) => Verdict::Unknown { at },
-                    None => undecidable("the outcome is unknown and the retry budget is spent"),
-                }
-            }
-            Outcome::Ambiguous => {
-                undecidable("sent, but the answer was lost; no probe can tell whether it happened")
-            }
-            Outcome::Permanent => Verdict::Failed {
-                class: FailClass::Permanent,
-                reason: "the target refused the request permanently".into(),
-            },
+        let mut rng = rand::rngs::StdRng::from_entropy();
+        let decided = verdict::for_attempt(target, leased, outcome, started, now, true, &mut rng);
+        if decided.near_budget {
+            self.metrics.retry_near_budget(&target.name);
         }
+        decided.verdict
     }
 
-    /// The verdict of a reconciliation probe: found → completed; proven
-    /// absent → safe to send again; anything else → still unknown.
+    /// The verdict of a reconciliation probe ([`verdict::for_probe`]).
     fn probe_verdict(
         &self,
         target: &TargetConfig,
@@ -658,48 +622,9 @@ impl Dispatcher {
             Attempted::Answered { status, .. } => Some(status.as_u16()),
             _ => None,
         };
-        match status {
-            Some(200..=299) => (
-                Verdict::Completed {
-                    external_ref: leased.effect.external_ref.clone(),
-                },
-                "probe_found".into(),
-            ),
-            Some(404 | 410) => (Verdict::Retry { at: now }, "probe_absent".into()),
-            _ => {
-                let attempts = leased.effect.attempts.max(1) as u32;
-                // Never recorded as sent (its dispatcher died mid-send): count
-                // from the earliest moment it could have gone out, or the
-                // budget would restart with every probe and never run out.
-                let first = leased
-                    .first_sent_at
-                    .unwrap_or_else(|| earliest_send(leased));
-                let mut rng = rand::rngs::StdRng::from_entropy();
-                let verdict =
-                    match next_attempt_at(&target.retry, attempts, first, now, None, &mut rng) {
-                        Some(at) => Verdict::Unknown { at },
-                        None => undecidable("the probe could not decide within the retry budget"),
-                    };
-                (verdict, "probe_undecided".into())
-            }
-        }
-    }
-}
-
-/// The earliest moment an effect could have been sent: when it was
-/// committed, or when its window opened.
-pub fn earliest_send(leased: &Leased) -> i64 {
-    let effect = &leased.effect;
-    effect
-        .new
-        .not_before
-        .map_or(effect.created_at, |at| at.max(effect.created_at))
-}
-
-fn undecidable(reason: &str) -> Verdict {
-    Verdict::Failed {
-        class: FailClass::UnknownOutcome,
-        reason: reason.into(),
+        let mut rng = rand::rngs::StdRng::from_entropy();
+        let (verdict, class) = verdict::for_probe(target, leased, status, now, &mut rng);
+        (verdict, class.to_owned())
     }
 }
 

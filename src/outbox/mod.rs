@@ -27,6 +27,7 @@ pub mod operation;
 pub mod port;
 pub mod sender;
 pub mod target;
+pub mod verdict;
 
 pub use dispatch_types::{
     ActionSwitch, AttemptRecord, AttemptView, Decision, FailClass, Leased, Recorded, TargetRoom,
