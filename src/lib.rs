@@ -91,6 +91,7 @@ pub mod deadletter;
 pub mod ingress;
 pub mod lab;
 pub mod ledger;
+pub mod lifecycle;
 pub mod metrics;
 pub mod ops;
 pub mod outbox;

@@ -380,7 +380,7 @@ impl From<Effect> for EffectView {
             next_attempt_at: to_datetime(e.next_attempt_at).to_rfc3339(),
             external_ref: e.external_ref,
             last_status: e.last_status,
-            last_class: e.last_class,
+            last_class: e.last_class.map(|c| c.to_string()),
             last_error: e.last_error,
             history: Vec::new(),
         }

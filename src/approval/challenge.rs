@@ -27,6 +27,39 @@ pub enum ChallengeState {
     Escalated,
 }
 
+/// A change of a challenge's state: each from `pending` only, once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChallengeMove {
+    /// An approver decides: approved or rejected.
+    Decide,
+    /// Nobody decided before the expiry.
+    Expire,
+    /// Nobody decided before the expiry; the escalation group gets a new one.
+    Escalate,
+}
+
+impl ChallengeMove {
+    /// The move's rule.
+    pub fn rule(self) -> crate::lifecycle::Rule<ChallengeState> {
+        use ChallengeState::{Approved, Escalated, Expired, Pending, Rejected};
+        let to: &'static [ChallengeState] = match self {
+            Self::Decide => &[Approved, Rejected],
+            Self::Expire => &[Expired],
+            Self::Escalate => &[Escalated],
+        };
+        crate::lifecycle::Rule {
+            from: &[Pending],
+            to,
+        }
+    }
+}
+
+impl crate::lifecycle::Stored for ChallengeState {
+    fn stored(self) -> &'static str {
+        self.as_str()
+    }
+}
+
 impl ChallengeState {
     /// The stored name.
     pub fn as_str(self) -> &'static str {

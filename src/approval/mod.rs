@@ -27,8 +27,8 @@ pub mod sweeper;
 pub mod token;
 
 pub use challenge::{
-    Approver, Audience, AuthMethod, Challenge, ChallengeState, NewChallenge, Refusal, StagedEffect,
-    Verdict,
+    Approver, Audience, AuthMethod, Challenge, ChallengeMove, ChallengeState, NewChallenge,
+    Refusal, StagedEffect, Verdict,
 };
 pub use policy::{
     ApprovalPolicy, ApproverAuth, Eligibility, EligibilityRule, ExceptionPolicy, OutputContract,

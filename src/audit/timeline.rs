@@ -317,7 +317,7 @@ fn effect_line(e: &Effect, attempts: &[AttemptView]) -> EffectLine {
             .map(|a| AttemptLine {
                 attempt: a.attempt,
                 at: at(a.started_at),
-                class: a.class.clone(),
+                class: a.class.to_string(),
                 status: a.status,
                 error: a.error.clone(),
             })

@@ -66,6 +66,50 @@ macro_rules! named {
 named!(JobState { Running => "running", Stopped => "stopped", Completed => "completed" });
 named!(ItemState { Pending => "pending", Replayed => "replayed", Refused => "refused" });
 
+/// A change of a job's or an item's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobMove {
+    /// An operator halts a running job between items.
+    Stop,
+    /// An operator lets a stopped job run again.
+    Resume,
+    /// Its runner finished the last item.
+    Complete,
+}
+
+impl JobMove {
+    /// The move's rule.
+    pub fn rule(self) -> crate::lifecycle::Rule<JobState> {
+        use JobState::{Completed, Running, Stopped};
+        let (from, to): (&'static [JobState], &'static [JobState]) = match self {
+            Self::Stop => (&[Running], &[Stopped]),
+            Self::Resume => (&[Stopped], &[Running]),
+            Self::Complete => (&[Running], &[Completed]),
+        };
+        crate::lifecycle::Rule { from, to }
+    }
+
+    /// An item is worked once: `pending` to `replayed` or `refused`.
+    pub fn item() -> crate::lifecycle::Rule<ItemState> {
+        crate::lifecycle::Rule {
+            from: &[ItemState::Pending],
+            to: &[ItemState::Replayed, ItemState::Refused],
+        }
+    }
+}
+
+impl crate::lifecycle::Stored for JobState {
+    fn stored(self) -> &'static str {
+        self.as_str()
+    }
+}
+
+impl crate::lifecycle::Stored for ItemState {
+    fn stored(self) -> &'static str {
+        self.as_str()
+    }
+}
+
 /// A job to create: the frozen selection and its dry-run summary.
 #[derive(Debug, Clone)]
 pub struct NewReplayJob {

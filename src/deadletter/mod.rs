@@ -38,7 +38,7 @@ pub use commands::{
     ReplayCommand, ResolveCommand, RunLink,
 };
 pub use config::DeadLetterConfig;
-pub use jobs::{ItemState, JobItem, JobState, NewReplayJob, ReplayJob};
+pub use jobs::{ItemState, JobItem, JobMove, JobState, NewReplayJob, ReplayJob};
 pub use record::{Cursor, DeadLetter, DeadLetterFilter, DeadLetterInput};
 
 /// Why automatic work stopped: the normalised error class of a dead letter.

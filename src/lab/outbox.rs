@@ -15,7 +15,7 @@ use super::sim::{World, DB_MS};
 use super::target::Reply;
 use super::{Downstream, Strategy};
 use crate::clock::Millis;
-use crate::outbox::classify::Outcome;
+use crate::outbox::classify::{AttemptClass, Outcome};
 use crate::outbox::verdict;
 use crate::outbox::{
     default_idempotency_key, Effect, EffectSpec, EffectState, Leased, NewEffect, RetryBudget,
@@ -65,7 +65,7 @@ struct Send {
     started: Millis,
     pc: SendPc,
     reply: Option<Reply>,
-    decision: Option<(Verdict, String, bool)>,
+    decision: Option<(Verdict, AttemptClass, bool)>,
     done: bool,
 }
 
@@ -193,7 +193,7 @@ impl Dispatcher {
                 row.effect.next_attempt_at = now;
                 if self.reconcile {
                     row.effect.state = EffectState::Unknown;
-                    row.effect.last_class = Some("lost".into());
+                    row.effect.last_class = Some(AttemptClass::Lost);
                 } else {
                     row.effect.state = EffectState::Pending;
                 }
@@ -255,7 +255,7 @@ fn send_verdict(world: &mut World, leased: &Leased, outcome: Outcome, started: M
 }
 
 /// The verdict of a probe: the dispatcher's own ([`verdict::for_probe`]).
-fn probe_verdict(world: &mut World, leased: &Leased, reply: Reply) -> (Verdict, &'static str) {
+fn probe_verdict(world: &mut World, leased: &Leased, reply: Reply) -> (Verdict, AttemptClass) {
     let status = match reply {
         Reply::Status(status) => Some(status),
         _ => None,

@@ -57,15 +57,131 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// The class name stored and used as a metric label.
-    pub fn class(&self) -> &'static str {
+    /// The attempt's class, stored and used as a metric label.
+    pub fn class(&self) -> AttemptClass {
         match self {
-            Self::Success { .. } => "success",
-            Self::Rejected { .. } => "rejected",
-            Self::Transient { .. } => "transient",
-            Self::RetrySafe { .. } => "retry_safe",
+            Self::Success { .. } => AttemptClass::Success,
+            Self::Rejected { .. } => AttemptClass::Rejected,
+            Self::Transient { .. } => AttemptClass::Transient,
+            Self::RetrySafe { .. } => AttemptClass::RetrySafe,
+            Self::Ambiguous => AttemptClass::Ambiguous,
+            Self::Permanent => AttemptClass::Permanent,
+        }
+    }
+}
+
+/// The class an attempt is recorded under: a sent attempt's outcome, a
+/// reconciliation probe's finding, or a lease lost with its dispatcher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptClass {
+    /// 2xx and no business rejection.
+    Success,
+    /// 2xx whose body matched the rejection rule.
+    Rejected,
+    /// Not sent, 429, 503 with Retry-After, or mapped transient.
+    Transient,
+    /// 5xx, 408 or 409 from a target that honours keys.
+    RetrySafe,
+    /// Sent, and the answer was lost (or could mean either).
+    Ambiguous,
+    /// 3xx and the other 4xx.
+    Permanent,
+    /// A probe found what the effect created.
+    ProbeFound,
+    /// A probe proved it was never created.
+    ProbeAbsent,
+    /// A probe could not tell.
+    ProbeUndecided,
+    /// The dispatcher holding the lease stopped before recording.
+    Lost,
+}
+
+impl AttemptClass {
+    /// Every class.
+    pub const ALL: [Self; 10] = [
+        Self::Success,
+        Self::Rejected,
+        Self::Transient,
+        Self::RetrySafe,
+        Self::Ambiguous,
+        Self::Permanent,
+        Self::ProbeFound,
+        Self::ProbeAbsent,
+        Self::ProbeUndecided,
+        Self::Lost,
+    ];
+
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Success => "success",
+            Self::Rejected => "rejected",
+            Self::Transient => "transient",
+            Self::RetrySafe => "retry_safe",
             Self::Ambiguous => "ambiguous",
             Self::Permanent => "permanent",
+            Self::ProbeFound => "probe_found",
+            Self::ProbeAbsent => "probe_absent",
+            Self::ProbeUndecided => "probe_undecided",
+            Self::Lost => "lost",
+        }
+    }
+
+    /// Whether an effect whose last attempt ended so is unknown: sent with
+    /// its answer lost, or a probe that could not decide. Such an effect
+    /// must be reconciled, never blindly resent.
+    pub fn left_unknown(self) -> bool {
+        matches!(self, Self::Ambiguous | Self::Lost | Self::ProbeUndecided)
+    }
+}
+
+impl std::fmt::Display for AttemptClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for AttemptClass {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|c| c.as_str() == s)
+            .ok_or_else(|| format!("unknown attempt class {s:?}"))
+    }
+}
+
+/// The class a target's configuration may map a status to
+/// (`status_classes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusClass {
+    /// As a 2xx.
+    Success,
+    /// Retry with backoff.
+    Transient,
+    /// Retry with the same key (ambiguous when the target ignores keys).
+    RetrySafe,
+    /// Unknown: reconcile.
+    Ambiguous,
+    /// Refused for good.
+    Permanent,
+}
+
+impl StatusClass {
+    /// The names a configuration may use.
+    pub const NAMES: &'static str = "success, transient, retry_safe, ambiguous, permanent";
+
+    /// Parses a configured name.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "success" => Some(Self::Success),
+            "transient" => Some(Self::Transient),
+            "retry_safe" => Some(Self::RetrySafe),
+            "ambiguous" => Some(Self::Ambiguous),
+            "permanent" => Some(Self::Permanent),
+            _ => None,
         }
     }
 }
@@ -84,11 +200,11 @@ pub fn classify(target: &TargetConfig, spec: &EffectSpec, attempted: &Attempted)
     let retry_after = retry_after(headers);
     if let Some(class) = override_for(target, status) {
         return match class {
-            "success" => success(spec, headers, body),
-            "transient" => Outcome::Transient { retry_after },
-            "retry_safe" if target.honours_keys() => Outcome::RetrySafe { retry_after },
-            "retry_safe" | "ambiguous" => Outcome::Ambiguous,
-            _ => Outcome::Permanent,
+            StatusClass::Success => success(spec, headers, body),
+            StatusClass::Transient => Outcome::Transient { retry_after },
+            StatusClass::RetrySafe if target.honours_keys() => Outcome::RetrySafe { retry_after },
+            StatusClass::RetrySafe | StatusClass::Ambiguous => Outcome::Ambiguous,
+            StatusClass::Permanent => Outcome::Permanent,
         };
     }
     let code = status.as_u16();
@@ -104,12 +220,14 @@ pub fn classify(target: &TargetConfig, spec: &EffectSpec, attempted: &Attempted)
 
 /// The configured class of a status, or the workflow kind's default
 /// (a restarting engine answers 404, 502 or 503: transient).
-fn override_for(target: &TargetConfig, status: StatusCode) -> Option<&str> {
+fn override_for(target: &TargetConfig, status: StatusCode) -> Option<StatusClass> {
     if let Some(class) = target.status_classes.get(status.as_str()) {
-        return Some(class.as_str());
+        // Checked at start (`TargetConfig::validate`); an unknown name is
+        // refused there, so it never reaches a send.
+        return StatusClass::parse(class);
     }
     (target.kind == TargetKind::Workflow && matches!(status.as_u16(), 404 | 502 | 503))
-        .then_some("transient")
+        .then_some(StatusClass::Transient)
 }
 
 fn success(spec: &EffectSpec, headers: &HeaderMap, body: &[u8]) -> Outcome {
@@ -244,12 +362,16 @@ mod tests {
         ];
         for (case, attempted, honouring, other) in cases {
             assert_eq!(
-                classify(&target(true, "http"), &spec, &attempted).class(),
+                classify(&target(true, "http"), &spec, &attempted)
+                    .class()
+                    .as_str(),
                 honouring,
                 "{case} (honours keys)"
             );
             assert_eq!(
-                classify(&target(false, "http"), &spec, &attempted).class(),
+                classify(&target(false, "http"), &spec, &attempted)
+                    .class()
+                    .as_str(),
                 other,
                 "{case} (ignores keys)"
             );
@@ -261,12 +383,14 @@ mod tests {
         let spec = EffectSpec::default();
         for code in [404, 502, 503] {
             let outcome = classify(&target(true, "workflow"), &spec, &answered(code, None, ""));
-            assert_eq!(outcome.class(), "transient", "{code}");
+            assert_eq!(outcome.class().as_str(), "transient", "{code}");
         }
         let mut t = target(true, "workflow");
         t.status_classes.insert("404".into(), "permanent".into());
         assert_eq!(
-            classify(&t, &spec, &answered(404, None, "")).class(),
+            classify(&t, &spec, &answered(404, None, ""))
+                .class()
+                .as_str(),
             "permanent",
             "overridable"
         );

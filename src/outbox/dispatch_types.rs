@@ -2,6 +2,7 @@
 
 use serde_json::Value;
 
+use super::classify::AttemptClass;
 use super::Effect;
 use crate::clock::Millis;
 
@@ -37,10 +38,9 @@ impl Leased {
         // `probe_undecided` too: the effect is still unknown after such a
         // probe, and resending it to a target that ignores keys could apply
         // it twice (found by the Retry Lab, docs/lab.md).
-        matches!(
-            self.effect.last_class.as_deref(),
-            Some("ambiguous" | "lost" | "probe_undecided")
-        )
+        self.effect
+            .last_class
+            .is_some_and(AttemptClass::left_unknown)
     }
 }
 
@@ -146,8 +146,8 @@ pub struct AttemptRecord {
     pub started_at: Millis,
     /// When it ended.
     pub finished_at: Millis,
-    /// Outcome class (`success`, `transient`, …, `probe_found`, `probe_absent`).
-    pub class: String,
+    /// Its class.
+    pub class: AttemptClass,
     /// HTTP status, if the target answered.
     pub status: Option<i64>,
     /// Transport error or rejection reason.
@@ -182,8 +182,8 @@ pub struct AttemptView {
     pub started_at: Millis,
     /// When it ended.
     pub finished_at: Millis,
-    /// Outcome class.
-    pub class: String,
+    /// Its class.
+    pub class: AttemptClass,
     /// HTTP status.
     pub status: Option<i64>,
     /// Error text.
@@ -224,7 +224,7 @@ mod tests {
                 next_attempt_at: 0,
                 external_ref: None,
                 last_status: None,
-                last_class: last_class.map(str::to_owned),
+                last_class: last_class.map(|c| c.parse().expect("a class")),
                 last_error: None,
                 first_sent_at: Some(0),
                 created_at: 0,

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::classify::{classify, Attempted, Outcome};
+use super::classify::{classify, AttemptClass, Attempted, Outcome};
 use super::killswitch::KillSwitch;
 use super::observe;
 use super::port::OutboxStore;
@@ -563,13 +563,13 @@ impl Dispatcher {
             self.probe_verdict(&target.config, &leased, &attempted, finished)
         } else {
             let outcome = classify(&target.config, &leased.effect.new.spec, &attempted);
-            let class = outcome.class().to_owned();
+            let class = outcome.class();
             (
                 self.verdict(&target.config, &leased, outcome, started, finished),
                 class,
             )
         };
-        observe::count(&self.metrics, &target.config.name, &class, &verdict);
+        observe::count(&self.metrics, &target.config.name, class.as_str(), &verdict);
         let attempt = AttemptRecord {
             started_at: started,
             finished_at: finished,
@@ -617,14 +617,13 @@ impl Dispatcher {
         leased: &Leased,
         attempted: &Attempted,
         now: i64,
-    ) -> (Verdict, String) {
+    ) -> (Verdict, AttemptClass) {
         let status = match attempted {
             Attempted::Answered { status, .. } => Some(status.as_u16()),
             _ => None,
         };
         let mut rng = rand::rngs::StdRng::from_entropy();
-        let (verdict, class) = verdict::for_probe(target, leased, status, now, &mut rng);
-        (verdict, class.to_owned())
+        verdict::for_probe(target, leased, status, now, &mut rng)
     }
 }
 

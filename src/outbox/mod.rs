@@ -21,6 +21,7 @@ pub mod classify;
 pub mod dispatch_types;
 pub mod dispatcher;
 pub mod killswitch;
+pub mod moves;
 // ops (metrics and logs): the dispatch span and counts.
 mod observe;
 pub mod operation;
@@ -29,12 +30,14 @@ pub mod sender;
 pub mod target;
 pub mod verdict;
 
+pub use classify::AttemptClass;
 pub use dispatch_types::{
     ActionSwitch, AttemptRecord, AttemptView, Decision, FailClass, Leased, Recorded, TargetRoom,
     Verdict,
 };
 pub use dispatcher::{Dispatcher, DispatcherConfig, StepReport};
 pub use killswitch::KillSwitch;
+pub use moves::EffectMove;
 pub use operation::{GatePolicy, OperationConfig};
 pub use target::{RetryBudget, TargetConfig, TargetKind};
 
@@ -219,7 +222,7 @@ pub struct Effect {
     /// HTTP status of the last attempt.
     pub last_status: Option<i64>,
     /// Outcome class of the last attempt.
-    pub last_class: Option<String>,
+    pub last_class: Option<AttemptClass>,
     /// Last error, sanitised.
     pub last_error: Option<String>,
     /// When the first attempt was sent.

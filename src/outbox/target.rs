@@ -198,13 +198,13 @@ impl TargetConfig {
                     format!("{status:?} is not an HTTP status"),
                 ));
             }
-            if !matches!(
-                class.as_str(),
-                "success" | "transient" | "retry_safe" | "ambiguous" | "permanent"
-            ) {
+            if super::classify::StatusClass::parse(class).is_none() {
                 return Err((
                     field("status_classes"),
-                    format!("{class:?} is not one of success, transient, retry_safe, ambiguous, permanent"),
+                    format!(
+                        "{class:?} is not one of {}",
+                        super::classify::StatusClass::NAMES
+                    ),
                 ));
             }
         }

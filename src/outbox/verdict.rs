@@ -6,7 +6,7 @@
 use rand::Rng;
 
 use super::backoff::{near_budget, next_attempt_at};
-use super::classify::Outcome;
+use super::classify::{AttemptClass, Outcome};
 use super::target::TargetConfig;
 use super::{FailClass, Leased, Verdict};
 use crate::clock::Millis;
@@ -73,15 +73,15 @@ pub fn for_probe(
     status: Option<u16>,
     now: Millis,
     rng: &mut impl Rng,
-) -> (Verdict, &'static str) {
+) -> (Verdict, AttemptClass) {
     match status {
         Some(200..=299) => (
             Verdict::Completed {
                 external_ref: leased.effect.external_ref.clone(),
             },
-            "probe_found",
+            AttemptClass::ProbeFound,
         ),
-        Some(404 | 410) => (Verdict::Retry { at: now }, "probe_absent"),
+        Some(404 | 410) => (Verdict::Retry { at: now }, AttemptClass::ProbeAbsent),
         _ => {
             let attempts = leased.effect.attempts.max(1) as u32;
             // Never recorded as sent (its dispatcher died mid-send): count
@@ -94,7 +94,7 @@ pub fn for_probe(
                 Some(at) => Verdict::Unknown { at },
                 None => undecidable("the probe could not decide within the retry budget"),
             };
-            (verdict, "probe_undecided")
+            (verdict, AttemptClass::ProbeUndecided)
         }
     }
 }

@@ -19,8 +19,8 @@ use crate::ledger::{
     RunMetadata, RunState,
 };
 use crate::outbox::{
-    ActionSwitch, AttemptRecord, AttemptView, Decision, Effect, EffectRole, EffectState, NewEffect,
-    Verdict,
+    ActionSwitch, AttemptClass, AttemptRecord, AttemptView, Decision, Effect, EffectRole,
+    EffectState, NewEffect, Verdict,
 };
 use crate::storage::{Result, StoreError};
 
@@ -235,7 +235,11 @@ impl EffectRow {
             next_attempt_at: self.next_attempt_at,
             external_ref: self.external_ref,
             last_status: self.last_status,
-            last_class: self.last_class,
+            last_class: self
+                .last_class
+                .map(|c| c.parse::<AttemptClass>())
+                .transpose()
+                .map_err(corrupt)?,
             last_error: self.last_error,
             first_sent_at: self.first_sent_at,
             created_at: self.created_at,
@@ -263,7 +267,7 @@ impl AttemptRow {
             dispatcher: self.dispatcher,
             started_at: self.started_at,
             finished_at: self.finished_at,
-            class: self.class,
+            class: self.class.parse::<AttemptClass>().map_err(corrupt)?,
             status: self.status,
             error: self.error,
             evidence: serde_json::from_str(&self.evidence).map_err(corrupt)?,
@@ -405,7 +409,7 @@ impl<'a> AttemptBatchRow<'a> {
             v_owner: owner,
             v_started_at: attempt.started_at,
             v_finished_at: attempt.finished_at,
-            v_class: &attempt.class,
+            v_class: attempt.class.as_str(),
             v_status: attempt.status,
             v_error: attempt.error.as_deref(),
             v_evidence: evidence.to_string(),

@@ -2,6 +2,7 @@
 //! recorded model output, written once for both backends.
 
 use super::Dialect;
+use crate::approval::ChallengeMove;
 
 /// The `challenges` columns statements return, in `ChallengeRow` order.
 pub(crate) const CHALLENGE_COLUMNS: &str =
@@ -72,8 +73,9 @@ impl ApprovalStatements {
             consume: format!(
                 "UPDATE challenges SET state = $3, decided_at = {now}, decided_by = $4, \
                      auth_method = $5, reason = $6 \
-                 WHERE id = $2 AND state = 'pending' AND expires_at > {now} \
-                 RETURNING {CHALLENGE_COLUMNS}"
+                 WHERE id = $2 AND state IN {pending} AND expires_at > {now} \
+                 RETURNING {CHALLENGE_COLUMNS}",
+                pending = ChallengeMove::Decide.rule().sql_guard(),
             ),
             due: format!(
                 "SELECT {CHALLENGE_COLUMNS} FROM challenges \
@@ -81,8 +83,9 @@ impl ApprovalStatements {
             ),
             close_due: format!(
                 "UPDATE challenges SET state = $3, decided_at = {now} \
-                 WHERE id = $2 AND state = 'pending' AND expires_at <= {now} \
-                 RETURNING {CHALLENGE_COLUMNS}"
+                 WHERE id = $2 AND state IN {pending} AND expires_at <= {now} \
+                 RETURNING {CHALLENGE_COLUMNS}",
+                pending = ChallengeMove::Expire.rule().sql_guard(),
             ),
 
 

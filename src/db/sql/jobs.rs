@@ -3,6 +3,7 @@
 //! statement reads the clock.
 
 use super::Dialect;
+use crate::deadletter::JobMove;
 
 const JOB_SELECT: &str = "SELECT j.id, j.state, j.created_by, j.reason, j.rate_per_sec, \
      j.selection, j.summary, j.total, j.lease_owner, j.lease_expires_at, j.changed_by, \
@@ -68,12 +69,16 @@ impl JobStatements {
                  ORDER BY seq LIMIT $3"
             ),
             stop: format!(
-                "UPDATE replay_jobs SET state = 'stopped', lease_owner = NULL, lease_expires_at = NULL, \
-                     changed_by = $3, updated_at = {now} WHERE id = $2 AND state = 'running'"
+                "UPDATE replay_jobs SET state = {to}, lease_owner = NULL, lease_expires_at = NULL, \
+                     changed_by = $3, updated_at = {now} WHERE id = $2 AND state IN {from}",
+                to = JobMove::Stop.rule().sql_target(),
+                from = JobMove::Stop.rule().sql_guard(),
             ),
             resume: format!(
-                "UPDATE replay_jobs SET state = 'running', changed_by = $3, updated_at = {now} \
-                 WHERE id = $2 AND state = 'stopped'"
+                "UPDATE replay_jobs SET state = {to}, changed_by = $3, updated_at = {now} \
+                 WHERE id = $2 AND state IN {from}",
+                to = JobMove::Resume.rule().sql_target(),
+                from = JobMove::Resume.rule().sql_guard(),
             ),
             lease: format!(
                 "UPDATE replay_jobs SET lease_owner = $2, lease_expires_at = {now} + $3, \
@@ -93,14 +98,17 @@ impl JobStatements {
             ),
             mark_item: format!(
                 "UPDATE replay_job_items SET state = $4, outcome = $5, finished_at = {now} \
-                 WHERE job_id = $2 AND seq = $3 AND state = 'pending'"
+                 WHERE job_id = $2 AND seq = $3 AND state IN {from}",
+                from = JobMove::item().sql_guard(),
             ),
             complete: format!(
-                "UPDATE replay_jobs SET state = 'completed', finished_at = {now}, lease_owner = NULL, \
+                "UPDATE replay_jobs SET state = {to}, finished_at = {now}, lease_owner = NULL, \
                      lease_expires_at = NULL, updated_at = {now} \
-                 WHERE id = $2 AND lease_owner = $3 AND state = 'running' \
+                 WHERE id = $2 AND lease_owner = $3 AND state IN {from} \
                    AND NOT EXISTS (SELECT 1 FROM replay_job_items i WHERE i.job_id = $2 \
-                       AND i.state = 'pending')"
+                       AND i.state = 'pending')",
+                to = JobMove::Complete.rule().sql_target(),
+                from = JobMove::Complete.rule().sql_guard(),
             ),
             release: "UPDATE replay_jobs SET lease_owner = NULL, lease_expires_at = NULL \
                  WHERE id = $1 AND lease_owner = $2"

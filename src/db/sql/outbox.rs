@@ -3,7 +3,7 @@
 //! or fails are moved by statements in [`super::runs`].
 
 use super::{Dialect, EFFECT_COLUMNS};
-use crate::outbox::EffectRole;
+use crate::outbox::{EffectMove, EffectRole};
 
 /// The outbox statements, spelled for one backend.
 #[derive(Debug, Clone)]
@@ -83,11 +83,13 @@ impl OutboxStatements {
             count_effects: "SELECT COUNT(*) FROM effects WHERE namespace = $1 AND run_key = $2"
                 .into(),
             requeue_effects: format!(
-                "UPDATE effects SET state = 'pending', attempts = 0, first_sent_at = NULL, \
+                "UPDATE effects SET state = {to}, attempts = 0, first_sent_at = NULL, \
                      next_attempt_at = {now}, last_status = NULL, last_class = NULL, \
                      last_error = NULL, lease_owner = NULL, lease_expires_at = NULL, \
                      updated_at = {now} \
-                 WHERE namespace = $2 AND run_key = $3 AND state IN ('pending', 'failed', 'unknown')"
+                 WHERE namespace = $2 AND run_key = $3 AND state IN {from}",
+                to = EffectMove::Requeue.rule().sql_target(),
+                from = EffectMove::Requeue.rule().sql_guard(),
             ),
             lease_plan: dialect.planner_off(&["enable_sort", "enable_bitmapscan"]),
             record_plan: dialect.planner_off(&["enable_seqscan", "enable_bitmapscan"]),
@@ -113,10 +115,11 @@ impl OutboxStatements {
                 };
                 format!(
                     "WITH {picked} \
-                     UPDATE effects SET state = 'sending', lease_owner = $2, \
+                     UPDATE effects SET state = {sending}, lease_owner = $2, \
                          lease_expires_at = {now} + $3, updated_at = {now} \
                      WHERE id IN (SELECT picked_id FROM picked) AND state = '{state}' \
-                     RETURNING {EFFECT_COLUMNS}"
+                     RETURNING {EFFECT_COLUMNS}",
+                    sending = EffectMove::Lease.rule().sql_target(),
                 )
             }),
             runs_for_send: "SELECT DISTINCT r.namespace, r.run_key, r.version, r.correlation_id \
@@ -175,17 +178,21 @@ impl OutboxStatements {
                 ),
             ),
             expire: format!(
-                "UPDATE effects SET state = 'unknown', last_class = 'lost', next_attempt_at = {now}, \
+                "UPDATE effects SET state = {to}, last_class = 'lost', next_attempt_at = {now}, \
                      last_error = 'the dispatcher holding the lease stopped before recording', \
                      lease_owner = NULL, lease_expires_at = NULL, updated_at = {now} \
-                 WHERE state = 'sending' AND lease_expires_at <= {now}"
+                 WHERE state IN {from} AND lease_expires_at <= {now}",
+                to = EffectMove::Expire.rule().sql_target(),
+                from = EffectMove::Expire.rule().sql_guard(),
             ),
 
 
 
             cancel: format!(
-                "UPDATE effects SET state = 'cancelled', updated_at = {now} \
-                 WHERE id = $2 AND state = 'pending' RETURNING {EFFECT_COLUMNS}"
+                "UPDATE effects SET state = {to}, updated_at = {now} \
+                 WHERE id = $2 AND state IN {from} RETURNING {EFFECT_COLUMNS}",
+                to = EffectMove::Cancel.rule().sql_target(),
+                from = EffectMove::Cancel.rule().sql_guard(),
             ),
             effect: format!("SELECT {EFFECT_COLUMNS} FROM effects WHERE id = $1"),
             attempts: "SELECT attempt, dispatcher, started_at, finished_at, class, status, error, evidence \

@@ -142,7 +142,7 @@ impl World {
         let leased = s.leased.clone();
         let decision = if probing {
             let (verdict, class) = probe_verdict(self, &leased, reply);
-            (verdict, class.to_owned(), false)
+            (verdict, class, false)
         } else {
             let outcome = classify(
                 &self.dispatcher.config,
@@ -155,7 +155,7 @@ impl World {
                 self.crash();
                 return;
             }
-            let class = outcome.class().to_owned();
+            let class = outcome.class();
             (send_verdict(self, &leased, outcome, started), class, true)
         };
         let s = &mut self.dispatcher.sends[send];
