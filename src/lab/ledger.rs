@@ -1,17 +1,17 @@
 //! The simulated store's runs: real [`Run`] rows, moved only through the
 //! real move table.
 //!
-//! This is the in-memory twin of the store's claim and compare-and-set
-//! statements (`src/store/sql.rs`): the same reclaim rule (same payload
-//! hash, and `failed_retryable` or an expired `processing` lease), the same
+//! This is the in-memory twin of the backends' claim and compare-and-set
+//! statements (`src/db/sql/runs.rs`): the same reclaim rule (the ledger's
+//! own [`reclaimable`], which the statements spell as SQL), the same
 //! owner guard (owner, version and a live lease), the same answers
 //! ([`ClaimOutcome::for_existing`]). Each state change goes through
 //! [`RunState::apply`], so a move the design forbids stops the simulation.
 
 use crate::clock::Millis;
 use crate::ledger::{
-    ClaimOutcome, FencingVersion, IdempotencyKey, Lease, LeaseOwner, Move, Namespace, PayloadHash,
-    Run, RunMetadata, RunState,
+    reclaimable, ClaimOutcome, FencingVersion, IdempotencyKey, Lease, LeaseOwner, Move, Namespace,
+    PayloadHash, Run, RunMetadata, RunState,
 };
 
 /// How long an owner's lease lives.
@@ -126,13 +126,7 @@ impl SimLedger {
                 reclaimed_from: None,
             });
         };
-        let expired =
-            run.state == RunState::Processing && run.lease_expires_at.is_some_and(|at| at <= now);
-        let reclaimable = leased
-            && run.payload_hash == hash
-            && run.archived_at.is_none()
-            && (run.state == RunState::FailedRetryable || expired);
-        if !reclaimable {
+        if !(leased && reclaimable(run, &hash, now)) {
             return Ok(ClaimOutcome::for_existing(run.clone(), &hash));
         }
         if run.state == RunState::FailedRetryable && run.attempts >= MAX_CLAIMS {
