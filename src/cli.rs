@@ -13,14 +13,16 @@ use clap::{Parser, Subcommand};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{self, AppState, Authenticator};
+use crate::api;
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::{Config, LogFormat, Scope};
 use crate::ingress::Sources;
 use crate::ledger::{IdempotencyKey, Namespace};
 use crate::ops::Metrics;
 use crate::outbox::{Dispatcher, KillSwitch};
+use crate::state::AppState;
 use crate::store::{self, SharedStore, StoreOptions, StoredToken};
+use crate::tokens::{self, Authenticator};
 use tokio::sync::Notify;
 
 // Dead letters and replay (issue 6, branch dlq).
@@ -307,10 +309,10 @@ async fn actions(command: ActionsCommand, config: &Config) -> Result<()> {
 
 /// The text `token new` prints: the token once, and its config entry.
 pub fn new_token_text(subject: &str, scopes: &[Scope], roles: &[String]) -> String {
-    let token = api::auth::generate_token();
+    let token = tokens::generate_token();
     let entry = crate::config::TokenConfig {
         subject: subject.to_owned(),
-        digest: api::auth::digest(&token),
+        digest: tokens::digest(&token),
         scopes: scopes.to_vec(),
         roles: roles.to_vec(),
     };
@@ -366,9 +368,9 @@ pub async fn build_state(
     let stored = if config.tokens.is_empty() {
         let mut stored = store.stored_tokens().await?;
         if stored.is_empty() {
-            let token = api::auth::generate_token();
+            let token = tokens::generate_token();
             let entry = StoredToken {
-                digest: api::auth::digest(&token),
+                digest: tokens::digest(&token),
                 subject: "admin".into(),
                 scopes: vec![Scope::Admin.as_str().into()],
                 roles: vec![],

@@ -31,6 +31,8 @@
 //!   that answers "did we process, did we send, who approved, which model".
 //! - [`api`]: the versioned JSON API over HTTP (axum), bearer tokens with
 //!   scopes, RFC 9457 problem+json errors, the OpenAPI document.
+//! - [`state`]: [`state::AppState`], what every HTTP handler shares.
+//! - [`tokens`]: API tokens by digest and the principal each names.
 //! - [`ui`]: the operator console at `/ui`, server-rendered HTML over the
 //!   same store calls, signed in through the approval pages' session.
 //! - [`ops`]: Prometheus metrics, health and readiness; the retention
@@ -90,6 +92,8 @@ pub mod lab;
 pub mod ledger;
 pub mod ops;
 pub mod outbox;
+pub mod state;
 pub mod store;
+pub mod tokens;
 pub mod ui;
 pub mod validate;

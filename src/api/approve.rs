@@ -16,7 +16,6 @@ use axum::{Form, Json, Router};
 use serde::Deserialize;
 
 use super::error::{refusal_status, ApiError};
-use super::AppState;
 use crate::approval::pages::{self, Confirm};
 use crate::approval::session::{clear_cookie, cookie_secret, set_cookie};
 use crate::approval::{
@@ -25,6 +24,7 @@ use crate::approval::{
 };
 use crate::config::Scope;
 use crate::ops::GateDecision;
+use crate::state::AppState;
 use crate::store::approval::Decided;
 
 pub(super) fn router() -> Router<AppState> {

@@ -12,12 +12,13 @@ use utoipa::ToSchema;
 use super::effects::{parse_effects, EffectBody, Route};
 use super::error::{ApiError, Result};
 use super::runs::{optional_text, OwnerFields};
-use super::{auth, ApiJson, AppState, Caller};
+use super::{auth, ApiJson, Caller};
 use crate::approval::{callback_effect, callback_for, first_challenge, Callback, Eligibility};
 use crate::clock::to_datetime;
 use crate::ledger::{Moved, OwnerCall};
 use crate::ops::ValidationFailure;
 use crate::outbox::{GatePolicy, NewEffect, OperationConfig};
+use crate::state::AppState;
 use crate::store::approval::NewOutput;
 
 pub(super) fn router(state: AppState) -> Router<AppState> {

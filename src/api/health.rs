@@ -7,7 +7,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 
-use super::AppState;
+use crate::state::AppState;
 
 pub(super) fn router() -> Router<AppState> {
     Router::new()

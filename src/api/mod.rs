@@ -16,12 +16,8 @@ use axum::response::Response;
 use axum::Router;
 use serde::de::DeserializeOwned;
 
-use crate::clock::SharedClock;
-use crate::config::Config;
-use crate::ingress::Sources;
-use crate::ops::Metrics;
-use crate::outbox::KillSwitch;
-use crate::store::SharedStore;
+use crate::state::AppState;
+use crate::tokens::Principal;
 
 mod admin;
 pub mod approvals;
@@ -43,32 +39,8 @@ pub mod runs;
 pub mod telemetry;
 pub(crate) mod timeline; // issue 6: audit; the console (issue 7) reuses `load`
 
-pub use auth::{Authenticator, Principal};
 pub use error::{ApiError, Problem};
 pub use runs::RunView;
-
-/// What every handler shares.
-#[derive(Debug, Clone)]
-pub struct AppState {
-    /// The ledger's storage.
-    pub store: SharedStore,
-    /// Known API tokens.
-    pub auth: Arc<Authenticator>,
-    /// Prometheus metrics.
-    pub metrics: Arc<Metrics>,
-    /// The checked configuration.
-    pub config: Arc<Config>,
-    /// The injected clock.
-    pub clock: SharedClock,
-    /// Webhook sources, prepared at start.
-    pub sources: Arc<Sources>,
-    /// Wakes the dispatcher when effects are queued or released.
-    pub wake: Arc<tokio::sync::Notify>,
-    /// The kill switch as this process sees it (shared with its dispatcher).
-    pub kill_switch: KillSwitch,
-    /// Compiled output schemas of the operations (the AI step contract).
-    pub schemas: Arc<crate::validate::OutputSchemas>,
-}
 
 /// The whole HTTP application.
 pub fn router(state: AppState) -> Router {

@@ -6,7 +6,7 @@ use axum::{Json, Router};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::AppState;
+use crate::state::AppState;
 
 /// The API description.
 #[derive(OpenApi)]

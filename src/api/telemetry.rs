@@ -18,7 +18,7 @@ use axum::response::Response;
 use tracing::field::Empty;
 use tracing::Instrument;
 
-use super::AppState;
+use crate::state::AppState;
 
 /// The correlation id header, read and echoed.
 pub const CORRELATION_HEADER: &str = "x-correlation-id";

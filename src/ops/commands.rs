@@ -13,11 +13,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::maintenance::{AuditMetrics, Maintenance};
 use super::sweeper::sweep;
-use crate::api::AppState;
 use crate::audit::{verify, verify_chain, write_checkpoint, AuditEntry, AuditRecord};
 use crate::audit::{CheckpointReason, Verification};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
+use crate::state::AppState;
 use crate::store::{SharedStore, StoreError};
 
 /// `oncegate audit …`.

@@ -14,11 +14,11 @@ use super::error::{Result, UiError};
 use super::frame::{at, badge, json_block, or_dash, run_link, Nav};
 use super::session::Operator;
 use super::{purpose, text_field};
-use crate::api::AppState;
 use crate::clock::Millis;
 use crate::deadletter::replay::{replay_one, ReplayContext, ReplayError};
 use crate::deadletter::{ActionOutcome, DeadLetter, ReplayCommand, Resolution, ResolveCommand};
 use crate::ledger::RunState;
+use crate::state::AppState;
 
 /// What the last command did (shown once after the redirect).
 #[derive(Debug, Deserialize)]

@@ -28,7 +28,7 @@ use axum::response::Redirect;
 use axum::routing::{get, post};
 use axum::Router;
 
-use crate::api::AppState;
+use crate::state::AppState;
 
 pub mod actions;
 pub mod approvals;

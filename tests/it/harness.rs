@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use oncegate::api::auth::{digest, generate_token};
 use oncegate::cli;
 use oncegate::clock::{ManualClock, SharedClock, SystemClock};
 use oncegate::config::{Config, Scope, TokenConfig};
@@ -18,6 +17,7 @@ use oncegate::ledger::{
 };
 use oncegate::outbox::{EffectSpec, NewEffect};
 use oncegate::store::{self, SharedStore, StoreOptions};
+use oncegate::tokens::{digest, generate_token};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use sqlx::Connection;
@@ -320,7 +320,7 @@ pub struct TestApp {
     pub approver: String,
     pub store: SharedStore,
     pub db: TestDb,
-    pub state: oncegate::api::AppState,
+    pub state: oncegate::state::AppState,
     shutdown: CancellationToken,
     server: Option<tokio::task::JoinHandle<()>>,
 }
@@ -505,7 +505,7 @@ macro_rules! on_both_backends {
 pub(crate) use on_both_backends;
 
 /// A dispatcher over an app state's store, targets and kill switch.
-pub fn dispatcher_for(s: &oncegate::api::AppState) -> oncegate::outbox::Dispatcher {
+pub fn dispatcher_for(s: &oncegate::state::AppState) -> oncegate::outbox::Dispatcher {
     let mut config = s.config.dispatcher.clone();
     config.enabled = true;
     oncegate::outbox::Dispatcher::new(

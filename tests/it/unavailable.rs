@@ -30,7 +30,7 @@ struct App {
     base: String,
     client: reqwest::Client,
     workflow: String,
-    state: oncegate::api::AppState,
+    state: oncegate::state::AppState,
     sqlite: Option<Arc<SqliteStore>>,
     shutdown: CancellationToken,
 }

@@ -8,11 +8,12 @@ use utoipa::ToSchema;
 
 use super::super::error::{ApiError, Result};
 use super::super::runs::{optional_text, RunRef, RunView};
-use super::super::{ApiJson, AppState, Caller};
+use super::super::{ApiJson, Caller};
 use super::{refused, DeadLetterView};
 use crate::deadletter::replay::{replace_one, replay_one, ReplayContext, ReplayError};
 use crate::deadletter::{ActionOutcome, ReplayCommand, Resolution, ResolveCommand, RunLink};
 use crate::ledger::{IdempotencyKey, Namespace};
+use crate::state::AppState;
 
 /// The context replays run in.
 pub(in crate::api) fn replay_context(app: &AppState) -> ReplayContext {

@@ -8,12 +8,12 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::super::error::{ApiError, Result};
-use super::super::AppState;
 use super::ListQuery;
 use crate::deadletter::replay::{gate_of, ReplayError};
 use crate::deadletter::Refusal;
 use crate::ledger::{IdempotencyKey, Namespace, RunState};
 use crate::outbox::EffectState;
+use crate::state::AppState;
 
 /// Which open dead letters a filter selects (at least one criterion).
 #[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
