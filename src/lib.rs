@@ -41,6 +41,8 @@
 //!   commands.
 //! - [`config`]: the TOML file layered with `ONCEGATE_*` variables.
 //! - [`clock`]: injected time, so leases and expiry are tested by hand.
+//! - [`app`]: the composition root: builds the state, merges the root
+//!   router, serves, runs the workers and the maintenance jobs.
 //! - [`cli`]: the commands the `oncegate` binary runs.
 //! - [`chaos`]: named crash points the chaos tests kill the real binary
 //!   at (compiled in only with the cargo feature `chaos`).
@@ -79,6 +81,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod app;
 pub mod approval;
 pub mod audit;
 // Chaos tests (issue 9): crash points, inert without the `chaos` feature.

@@ -27,7 +27,8 @@ use crate::ops::GateDecision;
 use crate::state::AppState;
 use crate::store::approval::Decided;
 
-pub(super) fn router() -> Router<AppState> {
+/// The people's pages: login, logout, and a challenge's confirmation page.
+pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/login", get(login_page).post(login))
         .route("/logout", post(logout))

@@ -9,7 +9,8 @@ use serde_json::json;
 
 use crate::state::AppState;
 
-pub(super) fn router() -> Router<AppState> {
+/// `/healthz`, `/readyz` and `/metrics` (no token: probes and scrapers).
+pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))

@@ -74,6 +74,7 @@ impl Modify for BearerAuth {
     }
 }
 
-pub(super) fn router() -> Router<AppState> {
+/// `GET /openapi.json`.
+pub(crate) fn router() -> Router<AppState> {
     Router::new().route("/openapi.json", get(|| async { Json(ApiDoc::openapi()) }))
 }

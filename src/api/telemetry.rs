@@ -60,7 +60,7 @@ fn is_probe(route: &str) -> bool {
 }
 
 /// The middleware: span, correlation id, duration histogram, one log line.
-pub(super) async fn observe(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
+pub(crate) async fn observe(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
     let route = req
         .extensions()
         .get::<MatchedPath>()

@@ -9,15 +9,12 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
-use super::maintenance::{AuditMetrics, Maintenance};
 use super::sweeper::sweep;
 use crate::audit::{verify, verify_chain, write_checkpoint, AuditEntry, AuditRecord};
 use crate::audit::{CheckpointReason, Verification};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
-use crate::state::AppState;
 use crate::store::{SharedStore, StoreError};
 
 /// `oncegate audit …`.
@@ -54,7 +51,7 @@ pub enum RetentionCommand {
 }
 
 async fn open(config: &Config) -> Result<SharedStore> {
-    let store = crate::cli::open_store(config, Arc::new(SystemClock)).await?;
+    let store = crate::app::open_store(config, Arc::new(SystemClock)).await?;
     store.migrate().await.context("applying migrations")?;
     Ok(store)
 }
@@ -262,23 +259,4 @@ pub async fn backup(file: &Path, config: &Config) -> Result<()> {
         }
         Err(err) => Err(err).context("writing the backup"),
     }
-}
-
-/// Starts the periodic checkpoint, retention and verification jobs.
-///
-/// # Errors
-/// The audit metrics could not be registered.
-pub fn spawn_maintenance(
-    state: &AppState,
-    shutdown: CancellationToken,
-) -> Result<tokio::task::JoinHandle<()>> {
-    let metrics = AuditMetrics::register(state.metrics.registry())
-        .context("registering the audit metrics")?;
-    let jobs = Maintenance::new(
-        state.store.clone(),
-        state.config.clone(),
-        state.clock.clone(),
-        metrics,
-    );
-    Ok(tokio::spawn(jobs.run(shutdown)))
 }

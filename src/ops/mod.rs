@@ -1,6 +1,6 @@
 //! Operations: Prometheus metrics, their label bounds and scrape-time
-//! gauges, health and readiness, the retention sweeper and archive, and the
-//! periodic maintenance jobs of `serve`.
+//! gauges, the retention sweeper and archive, and the audit, retention and
+//! backup commands.
 
 pub mod labels;
 pub mod metrics;
@@ -15,6 +15,5 @@ pub use record::{GateDecision, ValidationFailure};
 // Audit integrity and retention (issue 6: audit).
 pub mod archive;
 pub mod commands;
-pub mod maintenance;
 pub mod retention;
 pub mod sweeper;

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use oncegate::cli;
+use oncegate::app;
 use oncegate::clock::{ManualClock, SharedClock, SystemClock};
 use oncegate::config::{Config, Scope, TokenConfig};
 use oncegate::ledger::{
@@ -350,7 +350,7 @@ impl TestApp {
         let store = db
             .store_redacting(clock.clone(), true, Arc::new(config.redactor()))
             .await;
-        let (state, bootstrap) = cli::build_state(config, store.clone(), clock)
+        let (state, bootstrap) = app::build_state(config, store.clone(), clock)
             .await
             .unwrap();
         assert!(
@@ -361,7 +361,7 @@ impl TestApp {
         let stop = shutdown.clone();
         let app_state = state.clone();
         let server = tokio::spawn(async move {
-            cli::run_server(listener, state, stop).await.unwrap();
+            app::run_server(listener, state, stop).await.unwrap();
         });
         Self {
             base,
