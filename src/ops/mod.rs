@@ -14,6 +14,5 @@ pub use record::{GateDecision, ValidationFailure};
 
 // Audit integrity and retention (issue 6: audit).
 pub mod archive;
-pub mod commands;
 pub mod retention;
 pub mod sweeper;
