@@ -75,7 +75,7 @@ pub struct Config {
     /// The dispatcher inside `serve`.
     pub dispatcher: DispatcherConfig,
     /// Metric label bounds (ops/metrics).
-    pub metrics: crate::ops::MetricsConfig,
+    pub metrics: crate::metrics::MetricsConfig,
     /// Dead letters: owners, retention, the bulk replay runner (issue 6, branch dlq).
     pub dead_letters: crate::deadletter::DeadLetterConfig,
     // Audit integrity, redaction and retention (issue 6: audit).
@@ -84,7 +84,7 @@ pub struct Config {
     /// Fields replaced by `"[redacted]"` before storage, per namespace.
     pub redact: Vec<crate::audit::RedactionRule>,
     /// Archiving old runs, slimming them to tombstones, deleting tombstones.
-    pub retention: crate::ops::retention::RetentionConfig,
+    pub retention: crate::retention::RetentionConfig,
     /// Approval sessions, single sign-on and the expiry sweeper.
     pub approvals: crate::approval::ApprovalsConfig,
 }

@@ -35,10 +35,10 @@
 //! - [`tokens`]: API tokens by digest and the principal each names.
 //! - [`ui`]: the operator console at `/ui`, server-rendered HTML over the
 //!   same store calls, signed in through the approval pages' session.
-//! - [`ops`]: Prometheus metrics, health and readiness; the retention
-//!   sweeper (archive to JSONL, tombstones), the periodic checkpoint,
-//!   sweep and verify jobs of `serve`, and the audit, retention and backup
-//!   commands.
+//! - [`metrics`]: Prometheus metrics: the registry, typed record calls,
+//!   bounded labels, the gauges read at scrape time.
+//! - [`retention`]: the retention sweeper: old runs archived to JSONL and
+//!   slimmed to tombstones, old tombstones deleted.
 //! - [`config`]: the TOML file layered with `ONCEGATE_*` variables.
 //! - [`clock`]: injected time, so leases and expiry are tested by hand.
 //! - [`app`]: the composition root: builds the state, merges the root
@@ -93,8 +93,9 @@ pub mod deadletter;
 pub mod ingress;
 pub mod lab;
 pub mod ledger;
-pub mod ops;
+pub mod metrics;
 pub mod outbox;
+pub mod retention;
 pub mod state;
 pub mod store;
 pub mod tokens;

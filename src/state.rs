@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::ingress::Sources;
-use crate::ops::Metrics;
+use crate::metrics::Metrics;
 use crate::outbox::KillSwitch;
 use crate::store::SharedStore;
 use crate::tokens::Authenticator;

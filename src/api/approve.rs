@@ -23,7 +23,7 @@ use crate::approval::{
     Verdict,
 };
 use crate::config::Scope;
-use crate::ops::GateDecision;
+use crate::metrics::GateDecision;
 use crate::state::AppState;
 use crate::store::approval::Decided;
 

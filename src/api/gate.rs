@@ -16,7 +16,7 @@ use super::{auth, ApiJson, Caller};
 use crate::approval::{callback_effect, callback_for, first_challenge, Callback, Eligibility};
 use crate::clock::to_datetime;
 use crate::ledger::{Moved, OwnerCall};
-use crate::ops::ValidationFailure;
+use crate::metrics::ValidationFailure;
 use crate::outbox::{GatePolicy, NewEffect, OperationConfig};
 use crate::state::AppState;
 use crate::store::approval::NewOutput;

@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 use crate::clock::SharedClock;
 use crate::config::{Config, Scope};
 use crate::ingress::Sources;
-use crate::ops::Metrics;
+use crate::metrics::Metrics;
 use crate::outbox::KillSwitch;
 use crate::state::AppState;
 use crate::store::{self, SharedStore, StoreOptions, StoredToken};

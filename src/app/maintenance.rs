@@ -21,7 +21,7 @@ use crate::audit::checkpoint::Checkpoint;
 use crate::audit::{verify, write_checkpoint, CheckpointReason, Verification};
 use crate::clock::SharedClock;
 use crate::config::Config;
-use crate::ops::sweeper::sweep;
+use crate::retention::sweep;
 use crate::state::AppState;
 use crate::store::SharedStore;
 

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::{challenge_callback, escalation_of};
 use crate::clock::SharedClock;
 use crate::config::Config;
-use crate::ops::{GateDecision, Metrics};
+use crate::metrics::{GateDecision, Metrics};
 use crate::store::{Result, SharedStore};
 
 /// Most challenges handled per step.

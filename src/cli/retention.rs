@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use super::args::RetentionCommand;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
-use crate::ops::sweeper::sweep;
+use crate::retention::sweep;
 
 /// Runs `oncegate retention run`.
 ///

@@ -28,7 +28,7 @@ use super::{
     AttemptRecord, Decision, FailClass, Leased, Recorded, TargetConfig, TargetRoom, Verdict,
 };
 use crate::clock::SharedClock;
-use crate::ops::Metrics;
+use crate::metrics::Metrics;
 use crate::store::{SharedStore, StoreError};
 
 /// `[dispatcher]`.

@@ -17,7 +17,7 @@ macro_rules! audit_ops {
             use $crate::audit::checkpoint::{ChainHead, Checkpoint, CheckpointWrite, HeadRow};
             use $crate::audit::{AuditEntry, ChainAnchor, ScanRow, Verification, SYSTEM_NAMESPACE};
             use $crate::clock::Millis;
-            use $crate::ops::retention::{RunMaterial, RunStamp, Selection};
+            use $crate::retention::{RunMaterial, RunStamp, Selection};
             use $crate::store::audit_row::{AuditScanRow, CheckpointRow, HeadScanRow, StampRow, VerificationRow};
             use $crate::store::audit_sql::{AuditStatements, RUN_TABLES};
             use $crate::store::json_row::RowJson;

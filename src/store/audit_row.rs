@@ -2,7 +2,7 @@
 
 use crate::audit::checkpoint::{Checkpoint, HeadRow};
 use crate::audit::{AuditEntry, AuditRecord, ScanRow, Verification};
-use crate::ops::retention::RunStamp;
+use crate::retention::RunStamp;
 
 use super::StoreError;
 

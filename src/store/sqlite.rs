@@ -28,10 +28,10 @@ use crate::ingress::RawEvent;
 use crate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Moved, Namespace, OwnerCall, OwnerMove, Run,
 };
-use crate::ops::retention::{RunMaterial, RunStamp, Selection};
 use crate::outbox::{
     ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffect, Recorded, TargetRoom,
 };
+use crate::retention::{RunMaterial, RunStamp, Selection};
 use futures_util::stream::BoxStream;
 use serde_json::Value;
 // Dead letters and replay (issue 6, branch dlq).

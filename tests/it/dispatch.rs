@@ -557,7 +557,7 @@ async fn retry_schedule_stays_inside_the_budget(backend: Backend) {
         &target.targets,
         oncegate::outbox::DispatcherConfig::default(),
         clock.clone(),
-        Arc::new(oncegate::ops::Metrics::new()),
+        Arc::new(oncegate::metrics::Metrics::new()),
         Arc::new(tokio::sync::Notify::new()),
         oncegate::outbox::KillSwitch::new(store.clone()),
     )

@@ -10,8 +10,7 @@ use oncegate::clock::{Clock, ManualClock};
 use oncegate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Namespace, PayloadHash, RunMetadata,
 };
-use oncegate::ops::retention::{RetentionConfig, DAY_MS};
-use oncegate::ops::sweeper::sweep;
+use oncegate::retention::{sweep, RetentionConfig, DAY_MS};
 use oncegate::store::SharedStore;
 use serde_json::{json, Value};
 

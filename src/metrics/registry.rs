@@ -1,4 +1,4 @@
-//! Prometheus metrics, all named `oncegate_*` (docs/metrics.md lists each).
+//! The registry: every metric of one app, and the `[metrics]` section.
 //!
 //! Each app owns its own [`prometheus::Registry`] (no global recorder), so
 //! tests running several apps in one process count separately. Counters and
