@@ -143,7 +143,7 @@ pub async fn run(mut args: SuiteArgs) -> Result<()> {
         .unwrap_or_else(crate::server::default_bin);
     if !bin.exists() {
         bail!(
-            "{} does not exist: build it first (`cargo build --release --bins`)",
+            "{} does not exist: build it first (`cargo build --release --workspace --bins`)",
             bin.display()
         );
     }
