@@ -20,6 +20,7 @@ pub mod backoff;
 pub mod classify;
 pub mod dispatch_types;
 pub mod dispatcher;
+pub mod dispatcher_config;
 pub mod killswitch;
 // ops (metrics and logs): the dispatch span and counts.
 mod observe;
@@ -31,7 +32,8 @@ pub use dispatch_types::{
     ActionSwitch, AttemptRecord, AttemptView, Decision, FailClass, Leased, Recorded, TargetRoom,
     Verdict,
 };
-pub use dispatcher::{Dispatcher, DispatcherConfig, StepReport};
+pub use dispatcher::{Dispatcher, StepReport};
+pub use dispatcher_config::DispatcherConfig;
 pub use killswitch::KillSwitch;
 pub use operation::{GatePolicy, OperationConfig};
 pub use target::{RetryBudget, TargetConfig, TargetKind};
