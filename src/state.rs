@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use crate::clock::SharedClock;
 use crate::config::Config;
+use crate::deadletter::replay::ReplayContext;
 use crate::ingress::Sources;
 use crate::metrics::Metrics;
 use crate::outbox::KillSwitch;
@@ -39,4 +40,8 @@ pub struct AppState {
     pub kill_switch: KillSwitch,
     /// Compiled output schemas of the operations (the AI step contract).
     pub schemas: Arc<OutputSchemas>,
+    /// What dead-letter replays run in (the store, the declared operations,
+    /// the dispatcher's wake-up), built once and shared by the API, the
+    /// console and the bulk replay runner.
+    pub replay: ReplayContext,
 }

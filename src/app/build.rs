@@ -9,8 +9,9 @@ use tokio::sync::Notify;
 
 use crate::clock::SharedClock;
 use crate::config::{Config, Scope};
+use crate::deadletter::replay::ReplayContext;
 use crate::ingress::Sources;
-use crate::metrics::Metrics;
+use crate::metrics::{DeclaredNames, Metrics};
 use crate::outbox::KillSwitch;
 use crate::state::AppState;
 use crate::store::{self, SharedStore, StoreOptions, StoredToken};
@@ -75,18 +76,37 @@ pub async fn build_state(
         Vec::new()
     };
     let auth = Authenticator::new(&config.tokens, &stored);
-    let sources = Sources::prepare(&config).map_err(anyhow::Error::msg)?;
-    let schemas = OutputSchemas::prepare(&config).map_err(anyhow::Error::msg)?;
+    let sources = Sources::prepare(&config.sources, &config.targets).map_err(anyhow::Error::msg)?;
+    let schemas = OutputSchemas::prepare(&config.operations).map_err(anyhow::Error::msg)?;
+    let wake = Arc::new(Notify::new());
+    let replay = ReplayContext::new(
+        store.clone(),
+        &config.operations,
+        &config.dead_letters,
+        wake.clone(),
+    );
+    let metrics = Metrics::from_config(&config.metrics, declared_names(&config));
     let state = AppState {
         schemas: Arc::new(schemas),
-        wake: Arc::new(Notify::new()),
+        wake,
         kill_switch: KillSwitch::new(store.clone()),
         sources: Arc::new(sources),
         store,
         auth: Arc::new(auth),
-        metrics: Arc::new(Metrics::from_config(&config)),
+        metrics: Arc::new(metrics),
         config: Arc::new(config),
         clock,
+        replay,
     };
     Ok((state, bootstrap))
+}
+
+/// The names the metrics' label bounds always admit.
+fn declared_names(config: &Config) -> DeclaredNames {
+    let names = |list: &mut dyn Iterator<Item = &String>| list.cloned().collect();
+    DeclaredNames {
+        sources: names(&mut config.sources.iter().map(|s| &s.name)),
+        targets: names(&mut config.targets.iter().map(|t| &t.name)),
+        operations: names(&mut config.operations.iter().map(|o| &o.name)),
+    }
 }

@@ -11,7 +11,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::maintenance::spawn_maintenance;
 use crate::approval::sweeper::Sweeper;
-use crate::deadletter::replay::ReplayContext;
 use crate::deadletter::runner::ReplayRunner;
 use crate::outbox::Dispatcher;
 use crate::state::AppState;
@@ -106,12 +105,7 @@ pub fn spawn_replay_runner(
         tracing::info!("the replay runner is disabled in this instance");
         return None;
     }
-    let ctx = ReplayContext {
-        store: state.store.clone(),
-        config: state.config.clone(),
-        wake: state.wake.clone(),
-    };
-    let runner = Arc::new(ReplayRunner::new(ctx, config));
+    let runner = Arc::new(ReplayRunner::new(state.replay.clone(), config));
     Some(tokio::spawn(runner.run(shutdown)))
 }
 
@@ -119,7 +113,8 @@ pub fn spawn_replay_runner(
 pub fn approval_sweeper(state: &AppState) -> Sweeper {
     Sweeper::new(
         state.store.clone(),
-        state.config.clone(),
+        &state.config.operations,
+        &state.config.approvals,
         state.clock.clone(),
         state.wake.clone(),
         state.metrics.clone(),

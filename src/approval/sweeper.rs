@@ -9,10 +9,10 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::{challenge_callback, escalation_of};
+use super::{challenge_callback, escalation_of, ApprovalsConfig};
 use crate::clock::SharedClock;
-use crate::config::Config;
 use crate::metrics::{GateDecision, Metrics};
+use crate::outbox::OperationConfig;
 use crate::store::{Result, SharedStore};
 
 /// Most challenges handled per step.
@@ -33,24 +33,29 @@ pub struct Swept {
 #[derive(Debug, Clone)]
 pub struct Sweeper {
     store: SharedStore,
-    config: Arc<Config>,
+    operations: Arc<[OperationConfig]>,
+    every: Duration,
     clock: SharedClock,
     wake: Arc<Notify>,
     metrics: Arc<Metrics>,
 }
 
 impl Sweeper {
-    /// A sweeper over `store`; `wake` tells the dispatcher about callbacks.
+    /// A sweeper over `store` for these operations (their escalation
+    /// policies), every `approvals.sweep_interval_ms`; `wake` tells the
+    /// dispatcher about callbacks.
     pub fn new(
         store: SharedStore,
-        config: Arc<Config>,
+        operations: &[OperationConfig],
+        config: &ApprovalsConfig,
         clock: SharedClock,
         wake: Arc<Notify>,
         metrics: Arc<Metrics>,
     ) -> Self {
         Self {
             store,
-            config,
+            operations: operations.into(),
+            every: Duration::from_millis(config.sweep_interval_ms),
             clock,
             wake,
             metrics,
@@ -65,8 +70,9 @@ impl Sweeper {
         let mut swept = Swept::default();
         for challenge in self.store.due_challenges(BATCH).await? {
             let escalation = self
-                .config
-                .operation(&challenge.new.operation)
+                .operations
+                .iter()
+                .find(|op| op.name == challenge.new.operation)
                 .map(|op| &op.approval)
                 .filter(|policy| policy.escalates() && challenge.new.escalation == 0);
             if let Some(policy) = escalation {
@@ -105,11 +111,10 @@ impl Sweeper {
 
     /// Sweeps every `approvals.sweep_interval_ms` until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
-        let every = Duration::from_millis(self.config.approvals.sweep_interval_ms);
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
-                () = tokio::time::sleep(every) => {}
+                () = tokio::time::sleep(self.every) => {}
             }
             if let Err(err) = self.sweep_once().await {
                 tracing::error!(error = %err, "approval sweep failed; retrying next interval");

@@ -270,7 +270,7 @@ impl Config {
                 Some(GatePolicy::ApproveBeforeAct | GatePolicy::ApproveByException)
             )
         });
-        if gated && crate::approval::public_base(self).is_none() {
+        if gated && crate::approval::public_base(&self.server).is_none() {
             return Err(ConfigError::field(
                 "server.public_base_url",
                 "operations have approval gates and the service does not listen on loopback: set the https address approval links should use",

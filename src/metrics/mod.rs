@@ -14,4 +14,4 @@ mod scrape;
 mod snapshot;
 
 pub use record::{GateDecision, ValidationFailure};
-pub use registry::{Metrics, MetricsConfig};
+pub use registry::{DeclaredNames, Metrics, MetricsConfig};
