@@ -1,5 +1,5 @@
 //! `oncegate-bench suite`: the claim path against the real release binary,
-//! everything the benchmark issue asks for, side by side in one run.
+//! every figure BENCHMARKS.md reports, side by side in one run.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;

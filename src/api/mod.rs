@@ -21,8 +21,7 @@ pub mod approvals;
 pub mod approve;
 pub mod auth;
 mod claims;
-// Dead letters and replay (issue 6, branch dlq); the console (issue 7)
-// reuses its bulk-replay selection and dry run.
+// Crate-visible: the console reuses its bulk-replay selection and dry run.
 pub(crate) mod deadletters;
 mod effects;
 pub mod error;
@@ -32,9 +31,10 @@ pub(crate) mod health;
 mod noop;
 pub mod openapi;
 pub mod runs;
-// ops (metrics and logs): the request span and the duration histogram.
+// The request span and the duration histogram.
 pub mod telemetry;
-pub(crate) mod timeline; // issue 6: audit; the console (issue 7) reuses `load`
+// Crate-visible: the console's run page reuses `load`.
+pub(crate) mod timeline;
 
 pub use error::{ApiError, Problem};
 pub use runs::RunView;

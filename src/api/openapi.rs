@@ -27,7 +27,6 @@ use crate::state::AppState;
         super::health::healthz,
         super::health::readyz,
         super::health::metrics,
-        // Dead letters and replay (issue 6, branch dlq).
         super::deadletters::list,
         super::deadletters::show,
         super::deadletters::actions::resolve,

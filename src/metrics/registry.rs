@@ -4,7 +4,7 @@
 //! tests running several apps in one process count separately. Counters and
 //! histograms are recorded through the typed calls in [`super::record`];
 //! the gauges that describe the database (backlog, stale leases, dead
-//! letters, kill switch) are read at scrape time by [`super::scrape`].
+//! letters, kill switch) are read at scrape time (`metrics/scrape.rs`).
 //!
 //! Labels hold namespaces, configured names, outcome classes, provider
 //! event types and route templates only: never a key, token or payload

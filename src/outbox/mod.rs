@@ -22,7 +22,7 @@ pub mod dispatch_types;
 pub mod dispatcher;
 pub mod dispatcher_config;
 pub mod killswitch;
-// ops (metrics and logs): the dispatch span and counts.
+// The dispatch span and counts.
 mod observe;
 pub mod operation;
 pub mod sender;

@@ -21,7 +21,7 @@ use crate::state::AppState;
 pub(super) mod actions;
 pub(super) mod fail;
 pub(super) mod jobs;
-// The console (issue 7) reuses the selection and the dry run.
+// Crate-visible: the console reuses the bulk-replay selection and dry run.
 pub(crate) mod plan;
 mod view;
 
