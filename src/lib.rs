@@ -31,22 +31,39 @@
 //!   the same transaction as every claim and move; checkpoints over every
 //!   chain head, `audit verify`, redaction before storage, and the timeline
 //!   that answers "did we process, did we send, who approved, which model".
+//! - [`metrics`]: Prometheus metrics: the registry, typed record calls,
+//!   bounded labels, the gauges read at scrape time.
+//! - [`retention`]: the retention sweeper: old terminal runs archived to
+//!   JSONL and slimmed to tombstones, old tombstones deleted.
+//! - [`lab`]: the Retry Lab (`oncegate lab`), a seeded simulator that runs
+//!   seven delivery strategies under injected faults, strategies (d)–(g)
+//!   on the real ledger move table and outbox classifier.
+//!
+//! Over HTTP:
+//!
 //! - [`api`]: the versioned JSON API over HTTP (axum), bearer tokens with
 //!   scopes, RFC 9457 problem+json errors, the OpenAPI document.
 //! - [`ui`]: the operator console at `/ui`, server-rendered HTML over the
 //!   same store calls, signed in through the approval pages' session.
-//! - [`ops`]: Prometheus metrics, health and readiness; the retention
-//!   sweeper (archive to JSONL, tombstones), the periodic checkpoint,
-//!   sweep and verify jobs of `serve`, and the audit, retention and backup
-//!   commands.
-//! - [`config`]: the TOML file layered with `ONCEGATE_*` variables.
+//! - [`state`]: [`state::AppState`], what every handler shares.
+//! - [`tokens`]: API tokens by digest, and the principal each names.
+//!
+//! Around them:
+//!
+//! - [`app`]: the composition root: builds the store and the state, merges
+//!   the root router, serves, runs the workers (dispatcher, replay runner,
+//!   approval sweeper) and the periodic maintenance jobs.
+//! - [`cli`]: the commands the `oncegate` binary runs, one file per group.
+//! - [`config`]: the TOML file layered with `ONCEGATE_*` variables; each
+//!   section checks itself, and each part is handed only its own sections.
 //! - [`clock`]: injected time, so leases and expiry are tested by hand.
-//! - [`cli`]: the commands the `oncegate` binary runs.
 //! - [`chaos`]: named crash points the chaos tests kill the real binary
 //!   at (compiled in only with the cargo feature `chaos`).
-//! - [`lab`]: the Retry Lab (`oncegate lab`), a seeded simulator that runs
-//!   seven delivery strategies under injected faults, strategies (d)–(g)
-//!   on the real ledger move table and outbox classifier.
+//!
+//! Imports point one way: `cli` runs commands and calls into `app`; `app`
+//! builds the state and imports the HTTP layer and the parts; `api` and
+//! `ui` take [`state::AppState`] and call the parts; no part imports
+//! `app`, `cli` or `ui`, and nothing but `main.rs` imports `cli`.
 //!
 //! # How a request flows
 //!
@@ -79,9 +96,10 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod app;
 pub mod approval;
 pub mod audit;
-// Chaos tests (issue 9): crash points, inert without the `chaos` feature.
+// Crash points for the chaos tests, inert without the `chaos` feature.
 pub mod chaos;
 pub mod cli;
 pub mod clock;
@@ -93,9 +111,10 @@ pub mod lab;
 pub mod ledger;
 pub mod lifecycle;
 pub mod metrics;
-pub mod ops;
 pub mod outbox;
 pub mod retention;
+pub mod state;
 pub mod storage;
+pub mod tokens;
 pub mod ui;
 pub mod validate;

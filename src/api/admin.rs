@@ -7,8 +7,9 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, Result};
-use super::{auth, ApiJson, AppState, Caller};
+use super::{auth, ApiJson, Caller};
 use crate::outbox::ActionSwitch;
+use crate::state::AppState;
 
 pub(super) fn router(state: AppState) -> Router<AppState> {
     Router::new()

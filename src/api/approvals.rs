@@ -9,10 +9,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
+use super::auth;
 use super::error::{ApiError, Result};
-use super::{auth, AppState};
 use crate::approval::{Audience, Challenge, ChallengeState};
 use crate::clock::to_datetime;
+use crate::state::AppState;
 
 pub(super) fn router(state: AppState) -> Router<AppState> {
     Router::new()

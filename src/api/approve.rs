@@ -16,7 +16,6 @@ use axum::{Form, Json, Router};
 use serde::Deserialize;
 
 use super::error::{refusal_status, ApiError};
-use super::AppState;
 use crate::approval::pages::{self, Confirm};
 use crate::approval::port::Decided;
 use crate::approval::session::{clear_cookie, cookie_secret, set_cookie};
@@ -25,9 +24,11 @@ use crate::approval::{
     Verdict,
 };
 use crate::config::Scope;
-use crate::ops::GateDecision;
+use crate::metrics::GateDecision;
+use crate::state::AppState;
 
-pub(super) fn router() -> Router<AppState> {
+/// The people's pages: login, logout, and a challenge's confirmation page.
+pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/login", get(login_page).post(login))
         .route("/logout", post(logout))

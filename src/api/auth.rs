@@ -1,103 +1,23 @@
-//! Bearer tokens: each names a subject, its scopes and roles.
+//! Bearer tokens on the API: each names a subject, its scopes and roles.
 //!
-//! Only SHA-256 digests of tokens are configured or stored. A request's
-//! token is hashed and looked up by digest; since tokens carry 256 random
-//! bits, the lookup reveals nothing an attacker could use. Routes declare
+//! A request's token is looked up in the shared table of known tokens
+//! ([`crate::tokens::Authenticator`], by digest only). Routes declare
 //! the scopes they need with [`require`]; the check runs before the body is
 //! read, so a wrong token never causes a write.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
 use axum::response::Response;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
-use rand::RngCore;
-use sha2::{Digest, Sha256};
 
 use super::error::ApiError;
-use super::AppState;
-use crate::approval::port::StoredToken;
-use crate::config::{Scope, TokenConfig};
-
-/// Who is calling: the subject of a verified token.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Principal {
-    /// The person or workflow (the actor in the audit log).
-    pub subject: String,
-    /// What the token may do.
-    pub scopes: HashSet<Scope>,
-    /// Roles, for approval policies.
-    pub roles: Vec<String>,
-}
-
-impl Principal {
-    /// Whether the principal holds `scope` (admin holds every scope).
-    pub fn has(&self, scope: Scope) -> bool {
-        self.scopes.contains(&Scope::Admin) || self.scopes.contains(&scope)
-    }
-}
-
-/// Every known token digest and whom it names.
-#[derive(Debug, Default)]
-pub struct Authenticator {
-    by_digest: HashMap<String, Principal>,
-}
-
-impl Authenticator {
-    /// Builds the table from configured and stored tokens.
-    pub fn new(configured: &[TokenConfig], stored: &[StoredToken]) -> Self {
-        let mut by_digest = HashMap::new();
-        for t in configured {
-            by_digest.insert(
-                t.digest.clone(),
-                Principal {
-                    subject: t.subject.clone(),
-                    scopes: t.scopes.iter().copied().collect(),
-                    roles: t.roles.clone(),
-                },
-            );
-        }
-        for t in stored {
-            by_digest
-                .entry(t.digest.clone())
-                .or_insert_with(|| Principal {
-                    subject: t.subject.clone(),
-                    scopes: t.scopes.iter().filter_map(|s| Scope::parse(s)).collect(),
-                    roles: t.roles.clone(),
-                });
-        }
-        Self { by_digest }
-    }
-
-    /// Whether any token is known.
-    pub fn is_empty(&self) -> bool {
-        self.by_digest.is_empty()
-    }
-
-    /// The principal a presented token names.
-    pub fn authenticate(&self, token: &str) -> Option<&Principal> {
-        self.by_digest.get(&digest(token))
-    }
-}
-
-/// `sha256:<hex>` of a token.
-pub fn digest(token: &str) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(token.as_bytes())))
-}
-
-/// A new random token (`og_` + 43 base64url characters = 256 bits).
-pub fn generate_token() -> String {
-    let mut bytes = [0u8; 32];
-    rand::rngs::OsRng.fill_bytes(&mut bytes);
-    format!("og_{}", URL_SAFE_NO_PAD.encode(bytes))
-}
+use crate::config::Scope;
+use crate::state::AppState;
 
 /// Checks the bearer token against `needed` (any one suffices) and puts the
-/// [`Principal`] into the request's extensions.
+/// [`Principal`](crate::tokens::Principal) into the request's extensions.
 ///
 /// # Errors
 /// [`ApiError::Unauthorized`] without a known token, [`ApiError::Forbidden`]
@@ -179,36 +99,4 @@ pub async fn approver_or_operator(
     next: Next,
 ) -> Result<Response, ApiError> {
     require(&app, &[Scope::Approver, Scope::Operator], req, next).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tokens_are_found_by_digest_only() {
-        let token = generate_token();
-        assert!(token.starts_with("og_") && token.len() == 46);
-        let config = TokenConfig {
-            subject: "n8n".into(),
-            digest: digest(&token),
-            scopes: vec![Scope::Workflow],
-            roles: vec![],
-        };
-        let auth = Authenticator::new(&[config], &[]);
-        let who = auth.authenticate(&token).unwrap();
-        assert_eq!(who.subject, "n8n");
-        assert!(who.has(Scope::Workflow) && !who.has(Scope::Operator));
-        assert!(auth.authenticate("og_wrong").is_none());
-    }
-
-    #[test]
-    fn admin_holds_every_scope() {
-        let p = Principal {
-            subject: "root".into(),
-            scopes: [Scope::Admin].into_iter().collect(),
-            roles: vec![],
-        };
-        assert!(p.has(Scope::Operator) && p.has(Scope::Workflow) && p.has(Scope::Approver));
-    }
 }

@@ -13,12 +13,13 @@ use utoipa::ToSchema;
 use super::error::{ApiError, Result};
 use super::runs::{optional_text, RunRef};
 use super::telemetry::{record_run, CorrelationId};
-use super::{auth, ApiJson, AppState, Caller};
+use super::{auth, ApiJson, Caller};
 use crate::clock::to_datetime;
 use crate::ledger::{
     BusinessKey, ClaimOutcome, ClaimRequest, IdempotencyKey, Namespace, PayloadHash, Run,
     RunMetadata, RunState,
 };
+use crate::state::AppState;
 
 pub(super) fn router(state: AppState) -> Router<AppState> {
     Router::new()

@@ -11,10 +11,11 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, Result};
 use super::runs::{MoveResponse, OwnerFields, RunRef};
-use super::{auth, ApiJson, AppState, Caller};
+use super::{auth, ApiJson, Caller};
 use crate::clock::to_datetime;
 use crate::ledger::{IdempotencyKey, Namespace, OwnerCall};
 use crate::outbox::{Effect, EffectSpec, ExternalIdAt, GatePolicy, NewEffect, RejectRule};
+use crate::state::AppState;
 
 pub(super) fn router(state: AppState) -> Router<AppState> {
     let owner = Router::new()

@@ -76,7 +76,6 @@ pub enum ApiError {
     /// The request took longer than the configured timeout.
     #[error("the request did not finish within {0} ms")]
     Timeout(u64),
-    // Dead letters (issue 6, branch dlq).
     /// An operator command does not apply to the dead letter or job as it is now.
     #[error("{detail}")]
     Refused {
@@ -117,7 +116,7 @@ pub enum ApiError {
     /// Something on our side failed.
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
-    // Chaos tests (issue 9): a database that cannot take a write is a 503.
+    // A database that cannot take a write is a 503, never a 500.
     /// The database is unreachable, restarting, read-only, full or locked:
     /// the request did not go through; the caller should retry later.
     #[error("the database is unavailable; retry later")]

@@ -12,12 +12,13 @@ use utoipa::ToSchema;
 use super::effects::{parse_effects, EffectBody, Route};
 use super::error::{ApiError, Result};
 use super::runs::{optional_text, OwnerFields};
-use super::{auth, ApiJson, AppState, Caller};
+use super::{auth, ApiJson, Caller};
 use crate::approval::{callback_effect, callback_for, first_challenge, Callback, Eligibility};
 use crate::clock::to_datetime;
 use crate::ledger::{Moved, OwnerCall};
-use crate::ops::ValidationFailure;
+use crate::metrics::ValidationFailure;
 use crate::outbox::{GatePolicy, NewEffect, OperationConfig};
+use crate::state::AppState;
 use crate::validate::port::NewOutput;
 
 pub(super) fn router(state: AppState) -> Router<AppState> {
@@ -228,7 +229,7 @@ pub(super) async fn gate(
     let mut effects = parse_effects(body.effects, &app, &call, Route::Gate)?;
     let op = single_operation(&app, &effects)?;
     let callback = match body.callback_url {
-        Some(url) => Some(callback_for(&app.config, &url).ok_or_else(|| {
+        Some(url) => Some(callback_for(&app.config.targets, &url).ok_or_else(|| {
             ApiError::invalid(
                 "callback_url",
                 "must lie inside a configured target (oncegate is no open relay)",
@@ -375,7 +376,7 @@ async fn human(
     summary: Option<String>,
     reason: Option<String>,
 ) -> Result<Json<GateResponse>> {
-    let base = crate::approval::public_base(&app.config)
+    let base = crate::approval::public_base(&app.config.server)
         .ok_or_else(|| ApiError::Internal("no public_base_url passed config checks".into()))?;
     let run = app.store.get_run(&call.namespace, &call.key).await?;
     let meta = run.as_ref().map(|r| &r.metadata);

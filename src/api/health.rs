@@ -7,9 +7,10 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 
-use super::AppState;
+use crate::state::AppState;
 
-pub(super) fn router() -> Router<AppState> {
+/// `/healthz`, `/readyz` and `/metrics` (no token: probes and scrapers).
+pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))

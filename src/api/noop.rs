@@ -15,7 +15,8 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::error::Result;
-use super::{auth, ApiJson, AppState, Caller};
+use super::{auth, ApiJson, Caller};
+use crate::state::AppState;
 
 pub(super) fn router(state: AppState) -> Router<AppState> {
     Router::new()

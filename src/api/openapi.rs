@@ -6,7 +6,7 @@ use axum::{Json, Router};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::AppState;
+use crate::state::AppState;
 
 /// The API description.
 #[derive(OpenApi)]
@@ -27,7 +27,6 @@ use super::AppState;
         super::health::healthz,
         super::health::readyz,
         super::health::metrics,
-        // Dead letters and replay (issue 6, branch dlq).
         super::deadletters::list,
         super::deadletters::show,
         super::deadletters::actions::resolve,
@@ -74,6 +73,7 @@ impl Modify for BearerAuth {
     }
 }
 
-pub(super) fn router() -> Router<AppState> {
+/// `GET /openapi.json`.
+pub(crate) fn router() -> Router<AppState> {
     Router::new().route("/openapi.json", get(|| async { Json(ApiDoc::openapi()) }))
 }

@@ -12,9 +12,10 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::{ApiError, Result};
-use super::{auth, ApiJson, AppState, Caller};
+use super::{auth, ApiJson, Caller};
 use crate::clock::to_datetime;
 use crate::ledger::{IdempotencyKey, Lease, Moved, Namespace, OwnerCall, OwnerMove, Run, RunState};
+use crate::state::AppState;
 
 pub(super) fn router(state: AppState) -> Router<AppState> {
     let owner = Router::new()

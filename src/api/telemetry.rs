@@ -18,7 +18,7 @@ use axum::response::Response;
 use tracing::field::Empty;
 use tracing::Instrument;
 
-use super::AppState;
+use crate::state::AppState;
 
 /// The correlation id header, read and echoed.
 pub const CORRELATION_HEADER: &str = "x-correlation-id";
@@ -60,7 +60,7 @@ fn is_probe(route: &str) -> bool {
 }
 
 /// The middleware: span, correlation id, duration histogram, one log line.
-pub(super) async fn observe(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
+pub(crate) async fn observe(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
     let route = req
         .extensions()
         .get::<MatchedPath>()

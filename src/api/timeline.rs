@@ -9,12 +9,13 @@ use axum::extract::{Query, State};
 use axum::routing::get;
 use axum::{middleware, Json, Router};
 
+use super::auth;
 use super::error::{ApiError, Result};
 use super::runs::RunRef;
-use super::{auth, AppState};
 use crate::audit::check_one;
 use crate::audit::timeline::{build, Material, Timeline};
 use crate::ledger::{IdempotencyKey, Namespace};
+use crate::state::AppState;
 
 pub(super) fn router(state: AppState) -> Router<AppState> {
     Router::new()

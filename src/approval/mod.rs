@@ -37,8 +37,8 @@ pub use session::{ApprovalsConfig, StoredSession};
 pub use token::Secret;
 
 use crate::clock::Millis;
-use crate::config::Config;
-use crate::outbox::{EffectSpec, NewEffect, OperationConfig};
+use crate::config::ServerConfig;
+use crate::outbox::{EffectSpec, NewEffect, OperationConfig, TargetConfig};
 
 /// The reserved operation of decision callbacks. Its effects are sent
 /// whatever state the run is in, and never move the run.
@@ -156,16 +156,12 @@ pub fn challenge_callback(
     ))
 }
 
-/// The callback for `url`, if it lies inside a configured target.
-pub fn callback_for(config: &Config, url: &str) -> Option<Callback> {
-    config
-        .targets
-        .iter()
-        .find(|t| t.allows(url))
-        .map(|t| Callback {
-            url: url.to_owned(),
-            target: t.name.clone(),
-        })
+/// The callback for `url`, if it lies inside one of `targets`.
+pub fn callback_for(targets: &[TargetConfig], url: &str) -> Option<Callback> {
+    targets.iter().find(|t| t.allows(url)).map(|t| Callback {
+        url: url.to_owned(),
+        target: t.name.clone(),
+    })
 }
 
 /// Seconds to milliseconds, saturating.
@@ -175,12 +171,10 @@ pub fn secs_ms(secs: u64) -> Millis {
 
 /// The base every approval link starts with: `server.public_base_url`, or
 /// `http://<listen>` when the service listens on loopback.
-pub fn public_base(config: &Config) -> Option<String> {
-    match &config.server.public_base_url {
+pub fn public_base(server: &ServerConfig) -> Option<String> {
+    match &server.public_base_url {
         Some(url) => Some(url.trim_end_matches('/').to_owned()),
-        None if config.server.listen.ip().is_loopback() => {
-            Some(format!("http://{}", config.server.listen))
-        }
+        None if server.listen.ip().is_loopback() => Some(format!("http://{}", server.listen)),
         None => None,
     }
 }

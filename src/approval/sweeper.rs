@@ -10,10 +10,10 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::port::{ApprovalStore, SessionStore};
-use super::{challenge_callback, escalation_of};
+use super::{challenge_callback, escalation_of, ApprovalsConfig};
 use crate::clock::SharedClock;
-use crate::config::Config;
-use crate::ops::{GateDecision, Metrics};
+use crate::metrics::{GateDecision, Metrics};
+use crate::outbox::OperationConfig;
 use crate::storage::Result;
 
 /// Most challenges handled per step.
@@ -35,19 +35,23 @@ pub struct Swept {
 pub struct Sweeper {
     store: Arc<dyn ApprovalStore>,
     sessions: Arc<dyn SessionStore>,
-    config: Arc<Config>,
+    operations: Arc<[OperationConfig]>,
+    every: Duration,
     clock: SharedClock,
     wake: Arc<Notify>,
     metrics: Arc<Metrics>,
 }
 
 impl Sweeper {
-    /// A sweeper over `store` (and the `sessions` it purges); `wake` tells
-    /// the dispatcher about callbacks.
+    /// A sweeper over `store` (and the `sessions` it purges) for these
+    /// operations (their escalation policies), every
+    /// `approvals.sweep_interval_ms`; `wake` tells the dispatcher about
+    /// callbacks.
     pub fn new(
         store: Arc<dyn ApprovalStore>,
         sessions: Arc<dyn SessionStore>,
-        config: Arc<Config>,
+        operations: &[OperationConfig],
+        config: &ApprovalsConfig,
         clock: SharedClock,
         wake: Arc<Notify>,
         metrics: Arc<Metrics>,
@@ -55,7 +59,8 @@ impl Sweeper {
         Self {
             store,
             sessions,
-            config,
+            operations: operations.into(),
+            every: Duration::from_millis(config.sweep_interval_ms),
             clock,
             wake,
             metrics,
@@ -70,8 +75,9 @@ impl Sweeper {
         let mut swept = Swept::default();
         for challenge in self.store.due_challenges(BATCH).await? {
             let escalation = self
-                .config
-                .operation(&challenge.new.operation)
+                .operations
+                .iter()
+                .find(|op| op.name == challenge.new.operation)
                 .map(|op| &op.approval)
                 .filter(|policy| policy.escalates() && challenge.new.escalation == 0);
             if let Some(policy) = escalation {
@@ -110,11 +116,10 @@ impl Sweeper {
 
     /// Sweeps every `approvals.sweep_interval_ms` until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
-        let every = Duration::from_millis(self.config.approvals.sweep_interval_ms);
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
-                () = tokio::time::sleep(every) => {}
+                () = tokio::time::sleep(self.every) => {}
             }
             if let Err(err) = self.sweep_once().await {
                 tracing::error!(error = %err, "approval sweep failed; retrying next interval");

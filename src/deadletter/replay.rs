@@ -10,22 +10,52 @@ use tokio::sync::Notify;
 use super::commands::{ActionOutcome, JobItemRef, ReplaceCommand, ReplayCommand};
 use super::port::ReplayStore;
 use super::record::DeadLetter;
-use super::{DeadLetterClass, Refusal};
-use crate::config::Config;
+use super::{DeadLetterClass, DeadLetterConfig, Refusal};
+use crate::clock::Millis;
 use crate::ingress::{RawEvent, RawStatus, FORWARD_OPERATION};
 use crate::ledger::{IdempotencyKey, Namespace, RunMetadata};
-use crate::outbox::{default_idempotency_key, Effect, GatePolicy, NewEffect};
+use crate::outbox::{default_idempotency_key, Effect, GatePolicy, NewEffect, OperationConfig};
 use crate::storage::StoreError;
 
 /// What a replay needs besides the command.
 #[derive(Debug, Clone)]
 pub struct ReplayContext {
-    /// The store.
+    /// The records, runs, effects and deliveries a replay reads and moves.
     pub store: Arc<dyn ReplayStore>,
-    /// The configuration (operations and their gates, retention).
-    pub config: Arc<Config>,
+    /// The declared operations: their gates and key templates.
+    pub operations: Arc<[OperationConfig]>,
+    /// How long a closed dead letter is kept (`dead_letters.retention_days`).
+    pub retain_ms: Millis,
     /// Wakes the dispatcher when effects are re-queued.
     pub wake: Arc<Notify>,
+}
+
+impl ReplayContext {
+    /// The context over `store` for these operations and dead-letter
+    /// settings; `wake` tells the dispatcher about re-queued effects.
+    pub fn new(
+        store: Arc<dyn ReplayStore>,
+        operations: &[OperationConfig],
+        dead_letters: &DeadLetterConfig,
+        wake: Arc<Notify>,
+    ) -> Self {
+        Self {
+            store,
+            operations: operations.into(),
+            retain_ms: dead_letters.retain_ms(),
+            wake,
+        }
+    }
+
+    /// The declared operation with this name.
+    fn operation(&self, name: &str) -> Option<&OperationConfig> {
+        operation(&self.operations, name)
+    }
+}
+
+/// The operation with this name among `operations`.
+fn operation<'a>(operations: &'a [OperationConfig], name: &str) -> Option<&'a OperationConfig> {
+    operations.iter().find(|o| o.name == name)
 }
 
 /// A replay or replacement of a gated operation: it must go
@@ -92,7 +122,7 @@ pub async fn replay_gated(
         }
         .into());
     }
-    let Some(op) = ctx.config.operation(gate.0) else {
+    let Some(op) = ctx.operation(gate.0) else {
         return Err(ReplayError::UndeclaredOperation(gate.0.to_owned()));
     };
     let corrupt = |e: crate::ledger::InvalidId| StoreError::Corrupt(e.to_string());
@@ -123,7 +153,7 @@ pub async fn replay_gated(
         id: dead_letter.id.clone(),
         actor: actor.to_owned(),
         reason: reason.to_owned(),
-        retain_ms: ctx.config.dead_letters.retain_ms(),
+        retain_ms: ctx.retain_ms,
         job_item: job_item.cloned(),
         challenge: Some(challenge),
     };
@@ -135,13 +165,12 @@ pub async fn replay_gated(
 /// # Errors
 /// [`ReplayError::UndeclaredOperation`] for an effect whose operation is gone.
 pub fn gate_of(
-    config: &Config,
+    operations: &[OperationConfig],
     dl: &DeadLetter,
     effects: &[Effect],
 ) -> Result<Option<(String, GatePolicy)>, ReplayError> {
     let gated = |name: &str| {
-        config
-            .operation(name)
+        operation(operations, name)
             .and_then(|op| op.gate())
             .filter(|g| *g != GatePolicy::None)
     };
@@ -155,7 +184,7 @@ pub fn gate_of(
         if op == FORWARD_OPERATION {
             continue;
         }
-        if config.operation(op).is_none() {
+        if operation(operations, op).is_none() {
             return Err(ReplayError::UndeclaredOperation(op.clone()));
         }
         if let Some(gate) = gated(op) {
@@ -189,7 +218,7 @@ pub async fn replay_one(
         );
         if let (Ok(ns), Ok(key), true) = (ns, key, dl.class.stops_run()) {
             let effects = ctx.store.effects_of(&ns, &key).await?;
-            if let Some((op, gate)) = gate_of(&ctx.config, &dl, &effects)? {
+            if let Some((op, gate)) = gate_of(&ctx.operations, &dl, &effects)? {
                 let item = cmd.job_item.as_ref();
                 return replay_gated(ctx, &dl, (&op, gate), &cmd.actor, &cmd.reason, item, None)
                     .await;
@@ -241,7 +270,7 @@ pub async fn replace_one(
         .iter()
         .map(|e| {
             rekey(
-                &ctx.config,
+                &ctx.operations,
                 e,
                 &dl.namespace,
                 new_key.as_str(),
@@ -270,14 +299,14 @@ pub async fn replace_one(
         id: dl.id.clone(),
         actor: actor.to_owned(),
         reason: reason.to_owned(),
-        retain_ms: ctx.config.dead_letters.retain_ms(),
+        retain_ms: ctx.retain_ms,
         new_key,
         payload_hash,
         metadata: metadata.unwrap_or_default(),
         effects: new_effects,
         raw_event,
     };
-    if let Some((op, gate)) = gate_of(&ctx.config, &dl, &effects)? {
+    if let Some((op, gate)) = gate_of(&ctx.operations, &dl, &effects)? {
         return replay_gated(ctx, &dl, (&op, gate), actor, reason, None, Some(&cmd)).await;
     }
     let outcome = ctx.store.replace_dead_letter(&cmd).await?;
@@ -291,7 +320,7 @@ pub async fn replace_one(
 /// key its operation gives the new run key; an ingress forward carries the
 /// stored delivery's body and the new event id.
 fn rekey(
-    config: &Config,
+    operations: &[OperationConfig],
     effect: &Effect,
     namespace: &str,
     new_key: &str,
@@ -307,8 +336,7 @@ fn rekey(
             new.body = Some(raw.body.clone());
         }
     } else {
-        let op = config
-            .operation(&new.operation)
+        let op = operation(operations, &new.operation)
             .ok_or_else(|| ReplayError::UndeclaredOperation(new.operation.clone()))?;
         new.idempotency_key = op.key_for(namespace, new_key, &new.effect_type);
     }

@@ -129,7 +129,7 @@ impl ReplayRunner {
             id: item.dead_letter_id.clone(),
             actor: job.created_by.clone(),
             reason: job.reason.clone(),
-            retain_ms: self.ctx.config.dead_letters.retain_ms(),
+            retain_ms: self.ctx.retain_ms,
             job_item: Some(item_ref.clone()),
             challenge: None,
         };

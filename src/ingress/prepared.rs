@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use super::signature::{ConfigProblem, Scheme, Verifier};
 use super::source::{KeyTemplate, Locator, SchemeName, SourceConfig};
-use crate::config::Config;
+use crate::outbox::TargetConfig;
 
 /// One source, ready to take deliveries.
 #[derive(Debug)]
@@ -38,13 +38,14 @@ impl PreparedSource {
 pub struct Sources(HashMap<String, PreparedSource>);
 
 impl Sources {
-    /// Prepares every source of a validated config.
+    /// Prepares every source of a validated config, each forwarding to
+    /// one of `targets`.
     ///
     /// # Errors
     /// A message naming the source whose signature setup is refused.
-    pub fn prepare(config: &Config) -> Result<Self, String> {
+    pub fn prepare(sources: &[SourceConfig], targets: &[TargetConfig]) -> Result<Self, String> {
         let mut prepared = HashMap::new();
-        for (i, source) in config.sources.iter().enumerate() {
+        for (i, source) in sources.iter().enumerate() {
             let at = format!("sources[{i}]");
             let verifier = verifier_for(source).map_err(|e| format!("{at}.secrets: {e}"))?;
             if source.scheme == SchemeName::None {
@@ -67,8 +68,9 @@ impl Sources {
                 .as_deref()
                 .map(|t| KeyTemplate::parse(t).map_err(|e| format!("{at}.business_key: {e}")))
                 .transpose()?;
-            let target = config
-                .target(&source.target)
+            let target = targets
+                .iter()
+                .find(|t| t.name == source.target)
                 .ok_or_else(|| format!("{at}.target: unknown target {:?}", source.target))?;
             let forward_url = target
                 .join(&source.path)

@@ -15,11 +15,12 @@ use super::event::{RawEvent, RawStatus};
 use super::prepared::PreparedSource;
 use super::source::{ConflictPolicy, InFlightPolicy, Locator, SchemeName};
 use crate::api::telemetry::{record_run, CorrelationId};
-use crate::api::{ApiError, AppState};
+use crate::api::ApiError;
 use crate::ledger::{
     BusinessKey, ClaimOutcome, ClaimRequest, IdempotencyKey, Namespace, PayloadHash, RunMetadata,
 };
 use crate::outbox::{default_idempotency_key, EffectSpec, NewEffect};
+use crate::state::AppState;
 
 /// The operation every ingress forward belongs to (the one ungated kind).
 pub const FORWARD_OPERATION: &str = "ingress.forward";

@@ -196,6 +196,63 @@ impl SourceConfig {
             })
             .collect()
     }
+
+    /// Checks the fields that need no other section (the target it names
+    /// is checked with the targets); `at` prefixes the field names.
+    ///
+    /// # Errors
+    /// `(field, message)` for the first bad field.
+    pub fn validate(&self, at: &str) -> Result<(), (String, String)> {
+        let field = |f: &str| format!("{at}.{f}");
+        if crate::ledger::Namespace::parse(self.name.clone()).is_err()
+            || !self
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            let message = "must be 1-64 letters, digits, '_' or '-'";
+            return Err((field("name"), message.into()));
+        }
+        self.validate_secrets().map_err(|e| (field("secrets"), e))?;
+        if self.scheme == SchemeName::Hmac && self.hmac.is_none() {
+            let message = "scheme \"hmac\" needs [sources.hmac] with its header";
+            return Err((field("hmac"), message.into()));
+        }
+        let Some(id) = self.event_id_locator() else {
+            let message = "this scheme has no default: give \"/pointer\" or \"header:Name\"";
+            return Err((field("event_id"), message.into()));
+        };
+        Locator::parse(&id).map_err(|e| (field("event_id"), e))?;
+        if let Some(kind) = self.event_type_locator() {
+            Locator::parse(&kind).map_err(|e| (field("event_type"), e))?;
+        }
+        if let Some(template) = &self.business_key {
+            KeyTemplate::parse(template).map_err(|e| (field("business_key"), e))?;
+        }
+        if !(0..=86_400).contains(&self.tolerance_secs) {
+            let message = "must be between 0 and 86400";
+            return Err((field("tolerance_secs"), message.into()));
+        }
+        if self.max_body_bytes < 1024 {
+            return Err((field("max_body_bytes"), "must be at least 1024".into()));
+        }
+        Ok(())
+    }
+
+    /// Scheme `none` takes no secret; every other scheme needs one, each
+    /// readable (`env:NAME` set).
+    fn validate_secrets(&self) -> Result<(), String> {
+        match self.scheme {
+            SchemeName::None if !self.secrets.is_empty() => {
+                Err("scheme \"none\" verifies nothing; remove the secrets or pick a scheme".into())
+            }
+            SchemeName::None => Ok(()),
+            _ if self.resolved_secrets()?.is_empty() => {
+                Err("a signing scheme needs at least one secret".into())
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// A parsed business-key template: literal text and `{/pointer}` holes.

@@ -1,5 +1,5 @@
 //! The Retry Lab: a deterministic, seeded simulator that shows why each
-//! safeguard exists (DESIGN.md §1, issue 9).
+//! safeguard exists (DESIGN.md §1).
 //!
 //! Seven delivery strategies ([`Strategy`], from "no guard" to "atomic claim
 //! with leases, outbox, downstream key and reconciliation") each handle the

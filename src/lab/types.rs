@@ -35,7 +35,7 @@ impl Strategy {
         Self::Reconcile,
     ];
 
-    /// The letter the issue and the docs use.
+    /// The letter the docs use (docs/lab.md).
     pub fn letter(self) -> &'static str {
         ["a", "b", "c", "d", "e", "f", "g"][self.index()]
     }

@@ -1,3 +1,18 @@
-//! Metrics: the storage the scrape-time gauges read.
+//! Prometheus metrics, all named `oncegate_*` (docs/metrics.md lists each).
+//!
+//! - [`registry`]: the [`Metrics`] of one app (its own registry, no global
+//!   recorder) and the `[metrics]` section, [`MetricsConfig`].
+//! - [`record`]: the typed calls that record counters and histograms.
+//! - [`labels`]: the bounds on every label a caller can influence.
+//! - `scrape`: the gauges read from the database at scrape time.
+//! - `snapshot`: this process's counters read back, for the console.
 
+pub mod labels;
 pub mod port;
+pub mod record;
+pub mod registry;
+mod scrape;
+mod snapshot;
+
+pub use record::{GateDecision, ValidationFailure};
+pub use registry::{DeclaredNames, Metrics, MetricsConfig};

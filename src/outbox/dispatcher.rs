@@ -14,12 +14,12 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use rand::SeedableRng;
-use serde::Deserialize;
 use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::classify::{classify, AttemptClass, Attempted, Outcome};
+use super::dispatcher_config::DispatcherConfig;
 use super::killswitch::KillSwitch;
 use super::observe;
 use super::port::OutboxStore;
@@ -29,43 +29,8 @@ use super::{
     AttemptRecord, Decision, FailClass, Leased, Recorded, TargetConfig, TargetRoom, Verdict,
 };
 use crate::clock::SharedClock;
-use crate::ops::Metrics;
+use crate::metrics::Metrics;
 use crate::storage::StoreError;
-
-/// `[dispatcher]`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct DispatcherConfig {
-    /// Run a dispatcher inside `oncegate serve`.
-    pub enabled: bool,
-    /// Effects leased per step.
-    pub batch_size: i64,
-    /// How long a lease on a `sending` effect lasts, in milliseconds; must
-    /// exceed every target's timeout.
-    pub lease_ms: i64,
-    /// Longest wait between steps when idle (new effects wake it at once).
-    pub idle_poll_ms: u64,
-    /// False holds every effect at start (`ONCEGATE_ACTIONS_ENABLED=false`).
-    pub actions_enabled: bool,
-    /// Most effects leased and not yet recorded at once; 0 (the default)
-    /// means the sum of the targets' `concurrency`, so that no leased
-    /// effect waits long for a send slot (a lease held while waiting is
-    /// one a crash would turn `unknown`).
-    pub max_in_flight: usize,
-}
-
-impl Default for DispatcherConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            batch_size: 64,
-            lease_ms: 60_000,
-            idle_poll_ms: 250,
-            actions_enabled: true,
-            max_in_flight: 0,
-        }
-    }
-}
 
 /// How often the leaser turns expired `sending` leases into `unknown`.
 const EXPIRY_EVERY: Duration = Duration::from_secs(1);

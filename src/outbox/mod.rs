@@ -20,9 +20,10 @@ pub mod backoff;
 pub mod classify;
 pub mod dispatch_types;
 pub mod dispatcher;
+pub mod dispatcher_config;
 pub mod killswitch;
 pub mod moves;
-// ops (metrics and logs): the dispatch span and counts.
+// The dispatch span and counts.
 mod observe;
 pub mod operation;
 pub mod port;
@@ -35,7 +36,8 @@ pub use dispatch_types::{
     ActionSwitch, AttemptRecord, AttemptView, Decision, FailClass, Leased, Recorded, TargetRoom,
     Verdict,
 };
-pub use dispatcher::{Dispatcher, DispatcherConfig, StepReport};
+pub use dispatcher::{Dispatcher, StepReport};
+pub use dispatcher_config::DispatcherConfig;
 pub use killswitch::KillSwitch;
 pub use moves::EffectMove;
 pub use operation::{GatePolicy, OperationConfig};

@@ -6,7 +6,7 @@
 //! sees the effect's body or the target's credentials.
 
 use super::{FailClass, Leased, Verdict};
-use crate::ops::Metrics;
+use crate::metrics::Metrics;
 
 /// The span every log line of one effect's dispatch carries.
 pub(super) fn dispatch_span(leased: &Leased) -> tracing::Span {

@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 
-use crate::ops::retention::{RunMaterial, RunStamp, Selection};
+use crate::retention::{RunMaterial, RunStamp, Selection};
 use crate::storage::Result;
 
 /// Storage calls of retention.

@@ -14,11 +14,11 @@ use super::error::{Result, UiError};
 use super::frame::{at, badge, Nav};
 use super::purpose;
 use super::session::Operator;
-use crate::api::AppState;
 use crate::approval::pages::urlencode;
 use crate::clock::Millis;
 use crate::config::Scope;
 use crate::outbox::ActionSwitch;
+use crate::state::AppState;
 
 /// One scope as the page shows it.
 struct Line {

@@ -15,9 +15,9 @@ use super::error::{Result, UiError};
 use super::frame::{at, badge, or_dash, run_link, source_link, Nav};
 use super::session::Viewer;
 use crate::api::approvals::{state_filter, ApprovalCard};
-use crate::api::AppState;
 use crate::approval::Challenge;
 use crate::clock::Millis;
+use crate::state::AppState;
 
 /// Most cards on the page.
 const LIMIT: i64 = 200;

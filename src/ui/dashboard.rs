@@ -11,9 +11,9 @@ use super::charts::{bar_chart, histogram, quantile, Bar};
 use super::error::Result;
 use super::frame::{span, Nav};
 use super::session::Operator;
-use crate::api::AppState;
 use crate::clock::{to_datetime, Millis};
 use crate::outbox::ActionSwitch;
+use crate::state::AppState;
 
 const HOUR: Millis = 3_600_000;
 const DAY: Millis = 24 * HOUR;

@@ -14,11 +14,11 @@ use super::error::{Result, UiError};
 use super::frame::{at, badge, json_block, or_dash, run_link, Nav};
 use super::session::Operator;
 use super::{purpose, text_field};
-use crate::api::AppState;
 use crate::clock::Millis;
-use crate::deadletter::replay::{replay_one, ReplayContext, ReplayError};
+use crate::deadletter::replay::{replay_one, ReplayError};
 use crate::deadletter::{ActionOutcome, DeadLetter, ReplayCommand, Resolution, ResolveCommand};
 use crate::ledger::RunState;
+use crate::state::AppState;
 
 /// What the last command did (shown once after the redirect).
 #[derive(Debug, Deserialize)]
@@ -176,11 +176,6 @@ pub async fn replay(
     let reason = text_field("reason", form.reason, 2_000)?.ok_or_else(|| {
         UiError::Invalid("a reason is required: say why it is safe to replay".into())
     })?;
-    let ctx = ReplayContext {
-        store: app.store.clone(),
-        config: app.config.clone(),
-        wake: app.wake.clone(),
-    };
     let cmd = ReplayCommand {
         id: id.clone(),
         actor: viewer.subject().to_owned(),
@@ -189,7 +184,7 @@ pub async fn replay(
         job_item: None,
         challenge: None,
     };
-    let outcome = replay_one(&ctx, cmd).await.map_err(|e| match e {
+    let outcome = replay_one(&app.replay, cmd).await.map_err(|e| match e {
         ReplayError::Store(e) => UiError::Store(e),
         other => UiError::Refused(format!("{other}; nothing was changed")),
     })?;

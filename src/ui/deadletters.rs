@@ -12,10 +12,10 @@ use super::error::{Result, UiError};
 use super::frame::{at, badge, or_dash, run_link, Nav};
 use super::session::Operator;
 use crate::api::deadletters::ListQuery;
-use crate::api::AppState;
 use crate::clock::Millis;
 use crate::deadletter::{Cursor, DeadLetter, DeadLetterClass};
 use crate::ledger::RunState;
+use crate::state::AppState;
 
 /// Records per page.
 const PAGE: i64 = 50;

@@ -14,9 +14,9 @@ use super::error::{Result, UiError};
 use super::frame::{at, badge, json_block, or_dash, Head, Nav};
 use super::purpose;
 use super::session::Operator;
-use crate::api::AppState;
 use crate::clock::Millis;
 use crate::deadletter::{JobState, ReplayJob};
+use crate::state::AppState;
 
 /// Items listed on a job's page.
 const ITEMS: i64 = 500;

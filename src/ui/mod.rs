@@ -28,7 +28,7 @@ use axum::response::Redirect;
 use axum::routing::{get, post};
 use axum::Router;
 
-use crate::api::AppState;
+use crate::state::AppState;
 
 pub mod actions;
 pub mod approvals;
@@ -47,7 +47,7 @@ pub mod session;
 pub use error::UiError;
 pub use session::{Operator, Viewer};
 
-/// The console's routes (merged into the app by [`crate::api::router`]).
+/// The console's routes (merged into the app by [`crate::app::router`]).
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/ui", get(dashboard::show))

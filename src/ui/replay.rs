@@ -19,8 +19,8 @@ use super::frame::{badge, Nav};
 use super::session::Operator;
 use super::{purpose, text_field};
 use crate::api::deadletters::plan::{freeze, plan, Selection, SelectionFilter, Summary};
-use crate::api::AppState;
 use crate::deadletter::NewReplayJob;
+use crate::state::AppState;
 
 /// The CSRF purpose of starting a job over `ids` (comma-joined).
 fn job_purpose(ids: &str) -> String {

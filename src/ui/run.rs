@@ -14,10 +14,10 @@ use super::error::{Result, UiError};
 use super::frame::{at, badge, json_block, or_dash, source_link, stamp, Nav};
 use super::session::Operator;
 use crate::api::timeline::load;
-use crate::api::AppState;
 use crate::audit::timeline::{EffectLine, Timeline};
 use crate::clock::Millis;
 use crate::ledger::{IdempotencyKey, Namespace, Run};
+use crate::state::AppState;
 
 /// Which run.
 #[derive(Debug, Deserialize)]

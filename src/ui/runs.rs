@@ -11,11 +11,11 @@ use super::error::{Result, UiError};
 use super::frame::{at, badge, or_dash, run_link, Nav};
 use super::session::Operator;
 use super::text_field;
-use crate::api::AppState;
 use crate::approval::pages::urlencode;
 use crate::clock::Millis;
 use crate::ledger::port::{RunCursor, RunSearch, SearchOrder};
 use crate::ledger::{IdempotencyKey, Namespace, Run, RunState};
+use crate::state::AppState;
 
 /// Runs per page.
 const PAGE: i64 = 50;

@@ -17,9 +17,9 @@ use maud::Markup;
 use super::error::UiError;
 use super::frame::{page, Bar, Head, Nav};
 use crate::api::approve::{person, Person};
-use crate::api::AppState;
 use crate::approval::pages::{respond, urlencode};
 use crate::config::Scope;
+use crate::state::AppState;
 
 /// A signed-in person allowed into the console (approver or operator).
 #[derive(Debug, Clone)]

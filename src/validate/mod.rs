@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::config::Config;
+use crate::outbox::OperationConfig;
 
 /// Most violations listed for one output (the rest are counted).
 const MAX_LISTED: usize = 50;
@@ -74,9 +74,9 @@ impl OutputSchemas {
     ///
     /// # Errors
     /// The field of the first schema that cannot be read or compiled.
-    pub fn prepare(config: &Config) -> Result<Self, String> {
+    pub fn prepare(operations: &[OperationConfig]) -> Result<Self, String> {
         let mut by_operation = HashMap::new();
-        for (i, op) in config.operations.iter().enumerate() {
+        for (i, op) in operations.iter().enumerate() {
             let Some(output) = &op.output else { continue };
             let at = format!("operations[{i}].output");
             let schema = match (&output.schema, &output.schema_file) {

@@ -1,4 +1,4 @@
-//! Issue 5's browser test: a person in headless Chromium signs in, opens the
+//! The approval browser test: a person in headless Chromium signs in, opens the
 //! approval link, sees the card, approves, and the target receives the
 //! effect once. Driven through chromedriver's W3C WebDriver protocol.
 

@@ -212,7 +212,7 @@ async fn expiry_dead_letters_and_escalation_asks_again(backend: Backend) {
     assert_eq!(body["state"], "awaiting_human");
     let alice = Browser::login(&app, &app.approver).await;
     let csrf = own_csrf(&app, &alice, "e-1").await;
-    let sweeper = oncegate::cli::approval_sweeper(&app.state);
+    let sweeper = oncegate::app::approval_sweeper(&app.state);
     eventually(
         "both challenges to expire and be swept",
         Duration::from_secs(15),

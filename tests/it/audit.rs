@@ -385,7 +385,7 @@ async fn serve_checkpoints_and_reports_metrics(backend: Backend) {
     };
     app.store.record_verification(&failed).await.unwrap();
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let jobs = oncegate::ops::commands::spawn_maintenance(&app.state, shutdown.clone()).unwrap();
+    let jobs = oncegate::app::spawn_maintenance(&app.state, shutdown.clone()).unwrap();
     let text = crate::harness::eventually(
         "checkpoint metrics",
         std::time::Duration::from_secs(20),

@@ -1,7 +1,7 @@
 //! The operator console in headless Chromium against a real server
 //! (SQLite): each test acts as a person would, through pages and forms
-//! only, then checks the page and the database. Also issue 5's browser
-//! test: an approval link from `/v1/runs/gate`, the card, the decision, and
+//! only, then checks the page and the database. Also the approval
+//! browser test: an approval link from `/v1/runs/gate`, the card, the decision, and
 //! the target receiving the effect exactly once.
 
 use std::time::Duration;
@@ -157,7 +157,7 @@ async fn browser_clears_the_approval_queue_from_the_inbox() {
     owned.app.stop().await;
 }
 
-/// Issue 5: log in, open the approval link, see the card, approve; the
+/// Log in, open the approval link, see the card, approve; the
 /// target receives the effect once after the dispatcher runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn browser_approves_from_the_link_and_the_target_gets_it_once() {

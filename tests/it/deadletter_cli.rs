@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use oncegate::deadletter::replay::ReplayContext;
 use oncegate::deadletter::runner::ReplayRunner;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -89,11 +88,7 @@ async fn the_cli_lists_shows_replays_in_bulk_and_resolves() {
     assert_eq!(mock.effects().len(), 0, "the dry run sent nothing");
 
     let shutdown = CancellationToken::new();
-    let ctx = ReplayContext {
-        store: app.store.clone(),
-        config: app.state.config.clone(),
-        wake: app.state.wake.clone(),
-    };
+    let ctx = app.state.replay.clone();
     let runner = tokio::spawn(
         Arc::new(ReplayRunner::new(ctx, &app.state.config.dead_letters)).run(shutdown.clone()),
     );

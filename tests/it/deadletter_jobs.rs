@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use oncegate::deadletter::replay::ReplayContext;
 use oncegate::deadletter::runner::ReplayRunner;
 use oncegate::deadletter::DeadLetterConfig;
 use serde_json::{json, Value};
@@ -45,11 +44,7 @@ async fn dead_letter_many(app: &TestApp, mock: &MockTarget, n: usize) {
 }
 
 fn runner(app: &TestApp, lease_ms: i64) -> Arc<ReplayRunner> {
-    let ctx = ReplayContext {
-        store: app.store.clone(),
-        config: app.state.config.clone(),
-        wake: app.state.wake.clone(),
-    };
+    let ctx = app.state.replay.clone();
     let config = DeadLetterConfig {
         job_lease_ms: lease_ms,
         job_poll_ms: 50,

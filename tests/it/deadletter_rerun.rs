@@ -30,7 +30,7 @@ async fn rerun_protocol_at_the_api(backend: Backend) {
     // failed_terminal
     let (_, c) = app.claim(claim("final")).await;
     app.post("/v1/runs/fail", Some(&app.workflow), &json!({ "namespace": "crm", "key": "final", "lease": c["lease"], "retryable": false, "error": "bad input" })).await;
-    // awaiting_human: no API moves a run there on this branch yet.
+    // awaiting_human: set directly, the test only needs a run in that state.
     app.claim(claim("waiting")).await;
     app.db.exec("UPDATE runs SET state = 'awaiting_human', lease_owner = NULL, lease_expires_at = NULL WHERE run_key = 'waiting'").await;
     // dead_lettered

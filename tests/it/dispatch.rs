@@ -35,7 +35,7 @@ fn with_mock(base: String, extra_target: &'static str) -> impl FnOnce(&mut Confi
         config.dispatcher.lease_ms = 10_000;
         config.tokens.push(oncegate::config::TokenConfig {
             subject: "root".into(),
-            digest: oncegate::api::auth::digest(ADMIN_TOKEN),
+            digest: oncegate::tokens::digest(ADMIN_TOKEN),
             scopes: vec![oncegate::config::Scope::Admin],
             roles: vec![],
         });
@@ -557,7 +557,7 @@ async fn retry_schedule_stays_inside_the_budget(backend: Backend) {
         &target.targets,
         oncegate::outbox::DispatcherConfig::default(),
         clock.clone(),
-        Arc::new(oncegate::ops::Metrics::new()),
+        Arc::new(oncegate::metrics::Metrics::new()),
         Arc::new(tokio::sync::Notify::new()),
         oncegate::outbox::KillSwitch::new(store.clone()),
     )

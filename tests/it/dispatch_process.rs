@@ -41,7 +41,7 @@ async fn three_dispatchers_on_one_postgres_send_each_effect_once() {
             &config.targets,
             config.dispatcher.clone(),
             Arc::new(SystemClock),
-            Arc::new(oncegate::ops::Metrics::new()),
+            Arc::new(oncegate::metrics::Metrics::new()),
             Arc::new(tokio::sync::Notify::new()),
             oncegate::outbox::KillSwitch::new(store.clone()),
         )

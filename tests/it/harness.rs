@@ -9,8 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use oncegate::api::auth::{digest, generate_token};
-use oncegate::cli;
+use oncegate::app;
 use oncegate::clock::{ManualClock, SharedClock, SystemClock};
 use oncegate::config::{Config, Scope, TokenConfig};
 use oncegate::db::{self as store, SharedStore, StoreOptions};
@@ -18,6 +17,7 @@ use oncegate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Namespace, OwnerCall, PayloadHash, RunMetadata,
 };
 use oncegate::outbox::{EffectSpec, NewEffect};
+use oncegate::tokens::{digest, generate_token};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use sqlx::Connection;
@@ -320,7 +320,7 @@ pub struct TestApp {
     pub approver: String,
     pub store: SharedStore,
     pub db: TestDb,
-    pub state: oncegate::api::AppState,
+    pub state: oncegate::state::AppState,
     shutdown: CancellationToken,
     server: Option<tokio::task::JoinHandle<()>>,
 }
@@ -350,7 +350,7 @@ impl TestApp {
         let store = db
             .store_redacting(clock.clone(), true, Arc::new(config.redactor()))
             .await;
-        let (state, bootstrap) = cli::build_state(config, store.clone(), clock)
+        let (state, bootstrap) = app::build_state(config, store.clone(), clock)
             .await
             .unwrap();
         assert!(
@@ -361,7 +361,7 @@ impl TestApp {
         let stop = shutdown.clone();
         let app_state = state.clone();
         let server = tokio::spawn(async move {
-            cli::run_server(listener, state, stop).await.unwrap();
+            app::run_server(listener, state, stop).await.unwrap();
         });
         Self {
             base,
@@ -506,7 +506,7 @@ macro_rules! on_both_backends {
 pub(crate) use on_both_backends;
 
 /// A dispatcher over an app state's store, targets and kill switch.
-pub fn dispatcher_for(s: &oncegate::api::AppState) -> oncegate::outbox::Dispatcher {
+pub fn dispatcher_for(s: &oncegate::state::AppState) -> oncegate::outbox::Dispatcher {
     let mut config = s.config.dispatcher.clone();
     config.enabled = true;
     oncegate::outbox::Dispatcher::new(

@@ -278,7 +278,7 @@ fn alerts_and_docs_name_only_real_metrics() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let alerts = std::fs::read_to_string(root.join("deploy/prometheus/alerts.yml")).unwrap();
     let docs = std::fs::read_to_string(root.join("docs/metrics.md")).unwrap();
-    let metrics = oncegate::ops::Metrics::new();
+    let metrics = oncegate::metrics::Metrics::new();
     let names = metrics.names();
     let used = alerts
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))

@@ -426,7 +426,7 @@ fn token_new_output_is_accepted_by_config_check() {
         .expect("token line");
     let snippet = &text[text.find("[[tokens]]").expect("config entry")..];
     assert!(!snippet.contains(token), "the config holds only the digest");
-    assert!(snippet.contains(&oncegate::api::auth::digest(token)));
+    assert!(snippet.contains(&oncegate::tokens::digest(token)));
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("oncegate.toml");

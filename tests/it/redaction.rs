@@ -6,8 +6,7 @@
 
 use oncegate::clock::{Clock, SystemClock};
 use oncegate::config::Config;
-use oncegate::ops::retention::{RetentionConfig, DAY_MS};
-use oncegate::ops::sweeper::sweep;
+use oncegate::retention::{sweep, RetentionConfig, DAY_MS};
 use serde_json::{json, Value};
 
 use crate::harness::{on_both_backends, Backend, TestApp, TestDb};

@@ -11,8 +11,7 @@ use oncegate::db::SharedStore;
 use oncegate::ledger::{
     ClaimOutcome, ClaimRequest, IdempotencyKey, Namespace, PayloadHash, RunMetadata,
 };
-use oncegate::ops::retention::{RetentionConfig, DAY_MS};
-use oncegate::ops::sweeper::sweep;
+use oncegate::retention::{sweep, RetentionConfig, DAY_MS};
 use serde_json::{json, Value};
 
 use crate::audit::finished_run;

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use oncegate::cli;
+use oncegate::app;
 use oncegate::clock::{SharedClock, SystemClock};
 use oncegate::config::{Config, Scope};
 use oncegate::db::sqlite::SqliteStore;
@@ -30,7 +30,7 @@ struct App {
     base: String,
     client: reqwest::Client,
     workflow: String,
-    state: oncegate::api::AppState,
+    state: oncegate::state::AppState,
     sqlite: Option<Arc<SqliteStore>>,
     shutdown: CancellationToken,
 }
@@ -69,10 +69,10 @@ async fn spawn(db: &TestDb, target: &MockTarget) -> App {
     config.validate().unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let (state, _) = cli::build_state(config, store, clock).await.unwrap();
+    let (state, _) = app::build_state(config, store, clock).await.unwrap();
     let shutdown = CancellationToken::new();
     let (serving, stop) = (state.clone(), shutdown.clone());
-    tokio::spawn(async move { cli::run_server(listener, serving, stop).await.unwrap() });
+    tokio::spawn(async move { app::run_server(listener, serving, stop).await.unwrap() });
     App {
         base,
         client: reqwest::Client::new(),

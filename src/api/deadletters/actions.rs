@@ -8,20 +8,12 @@ use utoipa::ToSchema;
 
 use super::super::error::{ApiError, Result};
 use super::super::runs::{optional_text, RunRef, RunView};
-use super::super::{ApiJson, AppState, Caller};
+use super::super::{ApiJson, Caller};
 use super::{refused, DeadLetterView};
-use crate::deadletter::replay::{replace_one, replay_one, ReplayContext, ReplayError};
+use crate::deadletter::replay::{replace_one, replay_one, ReplayError};
 use crate::deadletter::{ActionOutcome, ReplayCommand, Resolution, ResolveCommand, RunLink};
 use crate::ledger::{IdempotencyKey, Namespace};
-
-/// The context replays run in.
-pub(in crate::api) fn replay_context(app: &AppState) -> ReplayContext {
-    ReplayContext {
-        store: app.store.clone(),
-        config: app.config.clone(),
-        wake: app.wake.clone(),
-    }
-}
+use crate::state::AppState;
 
 /// A required, bounded, single-line text field.
 pub(in crate::api) fn required_text(field: &str, value: String, max: usize) -> Result<String> {
@@ -164,9 +156,7 @@ pub(in crate::api) async fn replay(
         job_item: None,
         challenge: None,
     };
-    let outcome = replay_one(&replay_context(&app), cmd)
-        .await
-        .map_err(replay_error)?;
+    let outcome = replay_one(&app.replay, cmd).await.map_err(replay_error)?;
     done(&app, outcome)
 }
 
@@ -200,7 +190,7 @@ pub(in crate::api) async fn replace(
 ) -> Result<Json<ActionResponse>> {
     let key = IdempotencyKey::parse(body.key)?;
     let reason = required_text("reason", body.reason, 2_000)?;
-    let outcome = replace_one(&replay_context(&app), &id, key, &caller.subject, &reason)
+    let outcome = replace_one(&app.replay, &id, key, &caller.subject, &reason)
         .await
         .map_err(replay_error)?;
     done(&app, outcome)

@@ -9,9 +9,10 @@ use utoipa::ToSchema;
 
 use super::super::error::{ApiError, Result};
 use super::super::runs::{optional_text, sanitise_error, RunView};
-use super::super::{ApiJson, AppState, Caller};
+use super::super::{ApiJson, Caller};
 use super::actions::required_text;
 use crate::deadletter::{ExecutionFailed, ExecutionFailure};
+use crate::state::AppState;
 
 /// The reported error.
 #[derive(Debug, Deserialize, ToSchema)]

@@ -11,12 +11,13 @@ use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use super::super::error::{ApiError, Result};
-use super::super::{ApiJson, AppState, Caller};
+use super::super::{ApiJson, Caller};
 use super::actions::required_text;
 use super::plan::{freeze, plan, Selection, Summary};
 use crate::clock::to_datetime;
 use crate::deadletter::jobs::Progress;
 use crate::deadletter::{JobItem, JobState, NewReplayJob, ReplayJob};
+use crate::state::AppState;
 
 pub(super) fn routes() -> Router<AppState> {
     Router::new()

@@ -9,18 +9,19 @@ use axum::{middleware, Json, Router};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::auth;
 use super::effects::EffectView;
 use super::error::{ApiError, Result};
 use super::runs::RunView;
-use super::{auth, AppState};
 use crate::clock::{to_datetime, Millis};
 use crate::deadletter::{Cursor, DeadLetterFilter, Refusal, RunLink};
 use crate::ledger::{IdempotencyKey, Namespace};
+use crate::state::AppState;
 
 pub(super) mod actions;
 pub(super) mod fail;
 pub(super) mod jobs;
-// The console (issue 7) reuses the selection and the dry run.
+// Crate-visible: the console reuses the bulk-replay selection and dry run.
 pub(crate) mod plan;
 mod view;
 

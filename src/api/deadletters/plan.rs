@@ -8,12 +8,12 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::super::error::{ApiError, Result};
-use super::super::AppState;
 use super::ListQuery;
 use crate::deadletter::replay::{gate_of, ReplayError};
 use crate::deadletter::Refusal;
 use crate::ledger::{IdempotencyKey, Namespace, RunState};
 use crate::outbox::EffectState;
+use crate::state::AppState;
 
 /// Which open dead letters a filter selects (at least one criterion).
 #[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
@@ -185,7 +185,7 @@ pub(crate) async fn plan(app: &AppState, ids: &[String]) -> Result<Summary> {
         let ns = Namespace::parse(dl.namespace.clone()).map_err(corrupt)?;
         let key = IdempotencyKey::parse(dl.key.clone()).map_err(corrupt)?;
         let effects = app.store.effects_of(&ns, &key).await?;
-        match gate_of(&app.config, &dl, &effects) {
+        match gate_of(&app.config.operations, &dl, &effects) {
             Err(ReplayError::UndeclaredOperation(op)) => s
                 .refused
                 .push(refuse(format!("operation {op:?} is no longer declared"))),

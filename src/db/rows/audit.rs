@@ -3,7 +3,7 @@
 use crate::audit::checkpoint::{Checkpoint, HeadRow};
 use crate::audit::{AuditEntry, AuditRecord, ScanRow, Verification};
 use crate::db::exec::{FromRow, Row};
-use crate::ops::retention::RunStamp;
+use crate::retention::RunStamp;
 use crate::storage::Result;
 
 /// A head-scan row.

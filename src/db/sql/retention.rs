@@ -101,7 +101,7 @@ impl RetentionStatements {
     /// Terminal runs due for archiving (or, `tombstones`, slimmed runs due
     /// for deletion) under `sel`, oldest first. Binds: cutoff, limit, then
     /// the namespace (`only`) or each excluded namespace.
-    pub fn candidates(sel: &crate::ops::retention::Selection, tombstones: bool) -> String {
+    pub fn candidates(sel: &crate::retention::Selection, tombstones: bool) -> String {
         let archived = if tombstones {
             "r.archived_at IS NOT NULL"
         } else {

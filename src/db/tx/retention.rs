@@ -12,8 +12,8 @@ use crate::db::exec::{Args, JsonRow, Tx};
 use crate::db::rows::StampRow;
 use crate::db::sql::retention::{RetentionStatements, RUN_TABLES};
 use crate::db::{Backend, Db};
-use crate::ops::retention::{RunMaterial, RunStamp, Selection};
 use crate::retention::port::RetentionStore;
+use crate::retention::{RunMaterial, RunStamp, Selection};
 use crate::storage::Result;
 
 /// Slims archived runs to tombstones by compare-and-set on their version,

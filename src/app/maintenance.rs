@@ -15,15 +15,37 @@ use prometheus::{IntCounter, IntGauge, Opts, Registry};
 use tokio::time::{interval_at, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use super::sweeper::sweep;
+use anyhow::{Context, Result};
+
 use crate::audit::checkpoint::Checkpoint;
 use crate::audit::{verify, write_checkpoint, CheckpointReason, Verification};
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::db::SharedStore;
+use crate::retention::sweep;
+use crate::state::AppState;
 
 /// How long a job may hold its lease before another process may take it.
 const JOB_LEASE_MS: i64 = 30 * 60_000;
+
+/// Starts the periodic checkpoint, retention and verification jobs.
+///
+/// # Errors
+/// The audit metrics could not be registered.
+pub fn spawn_maintenance(
+    state: &AppState,
+    shutdown: CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>> {
+    let metrics = AuditMetrics::register(state.metrics.registry())
+        .context("registering the audit metrics")?;
+    let jobs = Maintenance::new(
+        state.store.clone(),
+        state.config.clone(),
+        state.clock.clone(),
+        metrics,
+    );
+    Ok(tokio::spawn(jobs.run(shutdown)))
+}
 
 /// The audit and retention metrics (all `oncegate_*`).
 #[derive(Debug, Clone)]

@@ -152,7 +152,7 @@ async fn dispatch_bench(backend: &str, args: &DispatchArgs) -> Result<String> {
         queue(&store, &format!("t{i}"), &url).await?;
     }
     let wake = Arc::new(tokio::sync::Notify::new());
-    let metrics = Arc::new(oncegate::ops::Metrics::new());
+    let metrics = Arc::new(oncegate::metrics::Metrics::new());
     let dispatcher = Arc::new(Dispatcher::new(
         store.clone(),
         &config.targets,

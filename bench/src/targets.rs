@@ -1,4 +1,6 @@
-//! The benchmark issue's targets, judged on one run's figures.
+//! The benchmark's targets (throughput ratios to the floor and to raw
+//! pgbench, p99 latencies, growth, peak memory), judged on one run's
+//! figures.
 
 use std::fmt::Write as _;
 

@@ -212,7 +212,7 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::metrics::{DeclaredNames, MetricsConfig};
 
     #[test]
     fn gate_calls_count_decisions_and_time_only_human_waits() {
@@ -236,10 +236,11 @@ mod tests {
 
     #[test]
     fn namespaces_past_the_bound_count_as_other() {
-        let mut config = Config::default();
-        config.metrics.max_label_values = 1;
-        config.metrics.namespaces = vec!["crm".into()];
-        let metrics = Metrics::from_config(&config);
+        let config = MetricsConfig {
+            max_label_values: 1,
+            namespaces: vec!["crm".into()],
+        };
+        let metrics = Metrics::from_config(&config, DeclaredNames::default());
         for ns in ["a", "b", "c", "crm"] {
             metrics.payload_conflict(ns);
         }

@@ -1,73 +1,28 @@
-//! The CLI commands of audit integrity, retention and backup: `oncegate
-//! audit verify|checkpoint|verify-archive`, `oncegate retention run` and
-//! `oncegate backup`. They work on the database directly (like `oncegate
-//! migrate`), not through HTTP, so they also run while `serve` is down.
+//! `oncegate audit verify|checkpoint|verify-archive`: audit integrity on
+//! the database directly (like `oncegate migrate`), not through HTTP, so
+//! it also runs while `serve` is down.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use clap::Subcommand;
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
-use super::maintenance::{AuditMetrics, Maintenance};
-use super::sweeper::sweep;
-use crate::api::AppState;
+use super::args::AuditCommand;
 use crate::audit::{verify, verify_chain, write_checkpoint, AuditEntry, AuditRecord};
 use crate::audit::{CheckpointReason, Verification};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
-use crate::db::{SharedStore, StoreError};
-
-/// `oncegate audit …`.
-#[derive(Debug, Subcommand)]
-pub enum AuditCommand {
-    /// Walk every chain, run head and the latest checkpoint; name the first
-    /// bad row of each broken chain. Exits non-zero when anything is wrong.
-    Verify {
-        /// Only this namespace's chains (the checkpoints are always checked).
-        #[arg(long)]
-        namespace: Option<String>,
-        /// Print the report as JSON.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Write a checkpoint over every chain head now.
-    Checkpoint,
-    /// Check an archive file's chains against the heads its runs recorded.
-    VerifyArchive {
-        /// A `runs-*.jsonl` file written by retention.
-        file: PathBuf,
-    },
-}
-
-/// `oncegate retention …`.
-#[derive(Debug, Subcommand)]
-pub enum RetentionCommand {
-    /// Run one sweep now: scrub, archive and slim, delete old tombstones.
-    Run {
-        /// Count what a sweep would do; write nothing.
-        #[arg(long)]
-        dry_run: bool,
-    },
-}
-
-async fn open(config: &Config) -> Result<SharedStore> {
-    let store = crate::cli::open_store(config, Arc::new(SystemClock)).await?;
-    store.migrate().await.context("applying migrations")?;
-    Ok(store)
-}
+use crate::db::SharedStore;
 
 /// Runs `oncegate audit …`.
 ///
 /// # Errors
 /// The database failed, or (verify) the log did not verify.
-pub async fn audit(command: AuditCommand, config: &Config) -> Result<()> {
+pub async fn run(command: AuditCommand, config: &Config) -> Result<()> {
     if let AuditCommand::VerifyArchive { file } = command {
         return verify_archive(&file);
     }
-    let store = open(config).await?;
+    let store = super::open(config).await?;
     let result = match command {
         AuditCommand::Verify { namespace, json } => {
             run_verify(&store, namespace.as_deref(), json).await
@@ -198,87 +153,4 @@ fn archived_record(row: &Value) -> Option<AuditRecord> {
         prev_hash: text("prev_hash"),
         hash: text("hash")?,
     })
-}
-
-/// Runs `oncegate retention run`.
-///
-/// # Errors
-/// The database or the archive directory failed.
-pub async fn retention(command: RetentionCommand, config: &Config) -> Result<()> {
-    let RetentionCommand::Run { dry_run } = command;
-    let store = open(config).await?;
-    let owner = format!("cli:{}", uuid::Uuid::now_v7().simple());
-    if !dry_run && !store.take_job("retention", &owner, 30 * 60_000).await? {
-        store.close().await;
-        bail!("another process is running a retention sweep; try again later");
-    }
-    let redactor = config.redactor();
-    let result = sweep(
-        store.as_ref(),
-        &config.retention,
-        &redactor,
-        SystemClock.now_ms(),
-        dry_run,
-    )
-    .await;
-    if !dry_run {
-        store.release_job("retention", &owner).await?;
-    }
-    store.close().await;
-    let report = result?;
-    let verb = if dry_run { "would be" } else { "were" };
-    println!(
-        "{} run(s) {verb} archived, {} tombstone(s) {verb} deleted",
-        report.archived, report.tombstones_deleted
-    );
-    if !dry_run {
-        println!(
-            "{} delivered effect body(ies) replaced by their redacted form",
-            report.scrubbed
-        );
-    }
-    for file in &report.files {
-        println!("archive: {file}");
-    }
-    Ok(())
-}
-
-/// Runs `oncegate backup FILE`.
-///
-/// # Errors
-/// PostgreSQL (the procedure is printed), or the copy failed.
-pub async fn backup(file: &Path, config: &Config) -> Result<()> {
-    let store = open(config).await?;
-    let result = store.backup(file).await;
-    store.close().await;
-    match result {
-        Ok(()) => {
-            println!("backup written to {} (integrity check ok)", file.display());
-            Ok(())
-        }
-        Err(StoreError::Unsupported(procedure)) => {
-            println!("{procedure}");
-            bail!("refusing: `oncegate backup` copies SQLite only; follow the pg_dump procedure above")
-        }
-        Err(err) => Err(err).context("writing the backup"),
-    }
-}
-
-/// Starts the periodic checkpoint, retention and verification jobs.
-///
-/// # Errors
-/// The audit metrics could not be registered.
-pub fn spawn_maintenance(
-    state: &AppState,
-    shutdown: CancellationToken,
-) -> Result<tokio::task::JoinHandle<()>> {
-    let metrics = AuditMetrics::register(state.metrics.registry())
-        .context("registering the audit metrics")?;
-    let jobs = Maintenance::new(
-        state.store.clone(),
-        state.config.clone(),
-        state.clock.clone(),
-        metrics,
-    );
-    Ok(tokio::spawn(jobs.run(shutdown)))
 }

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use super::retention::RunMaterial;
+use super::rules::RunMaterial;
 use crate::audit::Redactor;
 use crate::clock::{to_datetime, Millis};
 
@@ -117,7 +117,7 @@ pub fn write_batch(dir: &Path, lines: &[Value], now: Millis) -> std::io::Result<
 mod tests {
     use super::*;
     use crate::audit::RedactionRule;
-    use crate::ops::retention::RunStamp;
+    use crate::retention::RunStamp;
     use serde_json::json;
 
     fn row(v: Value) -> Map<String, Value> {

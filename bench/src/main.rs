@@ -3,7 +3,7 @@
 //! - `suite`: the claim path of the real release binary (`oncegate serve`
 //!   as a child process on 127.0.0.1) under a keep-alive load generator:
 //!   the no-op floor, new keys, duplicates, signed webhooks, raw pgbench,
-//!   the duplicate storm, growth and peak memory, with the ratios.
+//!   the duplicate storm, growth and peak memory, with the target ratios.
 //!   `--smoke` runs a few seconds of it and checks answers only (CI).
 //! - `dispatch`: outbox throughput and commit-to-send latency, in process.
 //!

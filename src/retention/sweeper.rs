@@ -1,4 +1,4 @@
-//! One retention sweep (see [`super::retention`] for the rules): scrub
+//! One retention sweep (see [`super::rules`] for the rules): scrub
 //! delivered bodies, archive and slim terminal runs, delete old tombstones
 //! with a checkpoint. `serve` runs it every `retention.interval_secs`;
 //! `oncegate retention run [--dry-run]` runs it once.
@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use super::archive;
-use super::retention::{RetentionConfig, RunMaterial, Selection, SweepReport};
+use super::rules::{RetentionConfig, RunMaterial, Selection, SweepReport};
 use crate::audit::checkpoint::Removal;
 use crate::audit::port::AuditStore;
 use crate::audit::{write_checkpoint, CheckpointReason, Redactor};

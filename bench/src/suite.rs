@@ -1,5 +1,5 @@
 //! `oncegate-bench suite`: the claim path against the real release binary,
-//! everything the benchmark issue asks for, side by side in one run.
+//! every figure BENCHMARKS.md reports, side by side in one run.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -143,7 +143,7 @@ pub async fn run(mut args: SuiteArgs) -> Result<()> {
         .unwrap_or_else(crate::server::default_bin);
     if !bin.exists() {
         bail!(
-            "{} does not exist: build it first (`cargo build --release --bins`)",
+            "{} does not exist: build it first (`cargo build --release --workspace --bins`)",
             bin.display()
         );
     }

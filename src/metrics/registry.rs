@@ -1,10 +1,10 @@
-//! Prometheus metrics, all named `oncegate_*` (docs/metrics.md lists each).
+//! The registry: every metric of one app, and the `[metrics]` section.
 //!
 //! Each app owns its own [`prometheus::Registry`] (no global recorder), so
 //! tests running several apps in one process count separately. Counters and
 //! histograms are recorded through the typed calls in [`super::record`];
 //! the gauges that describe the database (backlog, stale leases, dead
-//! letters, kill switch) are read at scrape time by [`super::scrape`].
+//! letters, kill switch) are read at scrape time (`metrics/scrape.rs`).
 //!
 //! Labels hold namespaces, configured names, outcome classes, provider
 //! event types and route templates only: never a key, token or payload
@@ -18,7 +18,6 @@ use prometheus::{
 use serde::{Deserialize, Serialize};
 
 use super::labels::LabelBound;
-use crate::config::Config;
 use crate::ledger::Namespace;
 
 /// `[metrics]`: how many label values a caller may create.
@@ -159,34 +158,40 @@ impl Builder {
     }
 }
 
+/// The names the configuration declares elsewhere (`[[sources]]`,
+/// `[[targets]]`, `[[operations]]`): each always gets its own series.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeclaredNames {
+    /// Source names (each is its runs' namespace).
+    pub sources: Vec<String>,
+    /// Target names.
+    pub targets: Vec<String>,
+    /// Operation names.
+    pub operations: Vec<String>,
+}
+
 impl Metrics {
     /// Metrics with the default bounds and no configured names.
     pub fn new() -> Self {
-        Self::from_config(&Config::default())
+        Self::from_config(&MetricsConfig::default(), DeclaredNames::default())
     }
 
-    /// Metrics whose label bounds admit the configured namespaces (sources
+    /// Metrics whose label bounds admit the declared namespaces (sources
     /// and `metrics.namespaces`), targets and operations.
     ///
     /// # Panics
     /// Never in practice: the names below are valid and registered once.
-    pub fn from_config(config: &Config) -> Self {
-        let max = config.metrics.max_label_values;
-        let namespaces = config
+    pub fn from_config(config: &MetricsConfig, declared: DeclaredNames) -> Self {
+        let max = config.max_label_values;
+        let namespaces = declared
             .sources
-            .iter()
-            .map(|s| s.name.clone())
-            .chain(config.metrics.namespaces.iter().cloned())
+            .into_iter()
+            .chain(config.namespaces.iter().cloned())
             .chain(["oncegate".to_owned()]);
-        let targets = config
-            .targets
-            .iter()
-            .map(|t| t.name.clone())
-            .chain(["*".to_owned()]);
-        let operations = config
+        let targets = declared.targets.into_iter().chain(["*".to_owned()]);
+        let operations = declared
             .operations
-            .iter()
-            .map(|o| o.name.clone())
+            .into_iter()
             .chain([crate::ingress::FORWARD_OPERATION.to_owned()]);
         let bounds = Bounds {
             namespaces: LabelBound::new(namespaces, max),

@@ -1,0 +1,113 @@
+//! Building the service: the configured store, and the shared state around
+//! a migrated one (with the first-start admin token when none is
+//! configured).
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use tokio::sync::Notify;
+
+use crate::approval::port::StoredToken;
+use crate::clock::SharedClock;
+use crate::config::{Config, Scope};
+use crate::db::{self as store, SharedStore, StoreOptions};
+use crate::deadletter::replay::ReplayContext;
+use crate::ingress::Sources;
+use crate::metrics::{DeclaredNames, Metrics};
+use crate::outbox::KillSwitch;
+use crate::state::AppState;
+use crate::tokens::{self, Authenticator};
+use crate::validate::OutputSchemas;
+
+/// Opens the configured store.
+///
+/// # Errors
+/// The database cannot be reached or the URL is unsupported.
+pub async fn open_store(config: &Config, clock: SharedClock) -> Result<SharedStore> {
+    let options = StoreOptions {
+        max_connections: config.database.pool_size(),
+        busy_timeout_ms: config.database.busy_timeout_ms,
+        clock,
+        use_db_clock: true,
+        redaction: Arc::new(config.redactor()),
+    };
+    store::connect_with(
+        &config.database.url,
+        options,
+        config.database.group_commit(),
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "opening database {}",
+            store::redact_url(&config.database.url)
+        )
+    })
+}
+
+/// Builds the app around a migrated store. When no token is configured and
+/// none is stored yet, creates one admin token, stores its digest, and
+/// returns the token so the caller can show it once.
+///
+/// # Errors
+/// Reading or writing stored tokens failed.
+pub async fn build_state(
+    config: Config,
+    store: SharedStore,
+    clock: SharedClock,
+) -> Result<(AppState, Option<String>)> {
+    let mut bootstrap = None;
+    let stored = if config.tokens.is_empty() {
+        let mut stored = store.stored_tokens().await?;
+        if stored.is_empty() {
+            let token = tokens::generate_token();
+            let entry = StoredToken {
+                digest: tokens::digest(&token),
+                subject: "admin".into(),
+                scopes: vec![Scope::Admin.as_str().into()],
+                roles: vec![],
+            };
+            store.insert_token(&entry).await?;
+            stored.push(entry);
+            bootstrap = Some(token);
+        }
+        stored
+    } else {
+        // Once tokens are configured, the first-start token stops working.
+        Vec::new()
+    };
+    let auth = Authenticator::new(&config.tokens, &stored);
+    let sources = Sources::prepare(&config.sources, &config.targets).map_err(anyhow::Error::msg)?;
+    let schemas = OutputSchemas::prepare(&config.operations).map_err(anyhow::Error::msg)?;
+    let wake = Arc::new(Notify::new());
+    let replay = ReplayContext::new(
+        store.clone(),
+        &config.operations,
+        &config.dead_letters,
+        wake.clone(),
+    );
+    let metrics = Metrics::from_config(&config.metrics, declared_names(&config));
+    let state = AppState {
+        schemas: Arc::new(schemas),
+        wake,
+        kill_switch: KillSwitch::new(store.clone()),
+        sources: Arc::new(sources),
+        store,
+        auth: Arc::new(auth),
+        metrics: Arc::new(metrics),
+        config: Arc::new(config),
+        clock,
+        replay,
+    };
+    Ok((state, bootstrap))
+}
+
+/// The names the metrics' label bounds always admit.
+fn declared_names(config: &Config) -> DeclaredNames {
+    let names = |list: &mut dyn Iterator<Item = &String>| list.cloned().collect();
+    DeclaredNames {
+        sources: names(&mut config.sources.iter().map(|s| &s.name)),
+        targets: names(&mut config.targets.iter().map(|t| &t.name)),
+        operations: names(&mut config.operations.iter().map(|o| &o.name)),
+    }
+}

@@ -1,0 +1,124 @@
+//! `oncegate serve`: open and migrate the store, bind, build the state,
+//! start the workers, serve HTTP until shutdown, then drain the workers
+//! and close the store.
+
+use std::future::IntoFuture;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::build::{build_state, open_store};
+use super::workers::Workers;
+use crate::clock::{SharedClock, SystemClock};
+use crate::config::Config;
+use crate::state::AppState;
+
+/// `oncegate serve`.
+///
+/// # Errors
+/// Start-up failed: the database, the migrations, or the listen address.
+pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<()> {
+    // A crash-point setting with a typo stops here, before anything runs.
+    crate::chaos::arm().map_err(anyhow::Error::msg)?;
+    let clock: SharedClock = Arc::new(SystemClock);
+    let store = open_store(&config, clock.clone()).await?;
+    store.migrate().await.context("applying migrations")?;
+    let listen = config.server.listen;
+    let listener = TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    let mut config = config;
+    if config.server.public_base_url.is_none() && listen.ip().is_loopback() {
+        // Links must name the port actually bound (listen may say :0).
+        config.server.public_base_url = Some(format!("http://{}", listener.local_addr()?));
+    }
+    let (state, bootstrap) = build_state(config, store.clone(), clock).await?;
+    if let Some(token) = bootstrap {
+        print_bootstrap_token(&token);
+    }
+    if state.auth.is_empty() {
+        tracing::warn!("no API token is usable; every API call will be refused");
+    }
+    tracing::info!(
+        address = %listener.local_addr()?,
+        database = store.backend_name(),
+        "oncegate listening"
+    );
+    let workers = Workers::spawn(&state, &shutdown).await?;
+    run_server(listener, state, shutdown.clone()).await?;
+    shutdown.cancel();
+    workers.drain().await;
+    store.close().await;
+    tracing::info!("oncegate stopped");
+    Ok(())
+}
+
+/// Shows the first-start admin token, the only time it is ever shown.
+fn print_bootstrap_token(token: &str) {
+    println!(
+        "No API token is configured, so oncegate created one admin token.\n\
+         It is shown only this once (only its digest is stored):\n\n    {token}\n\n\
+         Use it as `Authorization: Bearer <token>`. Configure [[tokens]] \
+         (`oncegate token new`) to replace it."
+    );
+}
+
+/// Serves the app on `listener` until `shutdown` is cancelled, then lets
+/// in-flight requests finish (up to the configured grace period).
+///
+/// # Errors
+/// The server failed to accept connections.
+pub async fn run_server(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let grace = Duration::from_millis(state.config.server.shutdown_grace_ms);
+    let app = super::router(state);
+    let stopped = shutdown.clone();
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let server =
+        axum::serve(listener, app).with_graceful_shutdown(async move { stopped.cancelled().await });
+    let mut server = std::pin::pin!(server.into_future());
+    tokio::select! {
+        result = &mut server => result.context("serving HTTP")?,
+        () = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
+            tracing::warn!(grace_ms = grace.as_millis() as u64, "in-flight requests outlived the shutdown grace period");
+        }
+    }
+    Ok(())
+}
+
+/// A token cancelled on SIGINT or SIGTERM.
+pub fn shutdown_on_signal() -> CancellationToken {
+    let token = CancellationToken::new();
+    let cancel = token.clone();
+    tokio::spawn(async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(term) => term,
+                    Err(err) => {
+                        tracing::error!(error = %err, "cannot listen for SIGTERM");
+                        let _ = ctrl_c.await;
+                        cancel.cancel();
+                        return;
+                    }
+                };
+            tokio::select! {
+                _ = ctrl_c => {},
+                _ = term.recv() => {},
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = ctrl_c.await;
+        tracing::info!("shutdown signal received; finishing in-flight requests");
+        cancel.cancel();
+    });
+    token
+}

@@ -1,0 +1,232 @@
+//! The command line's types: every command, subcommand and flag of the
+//! `oncegate` binary (`dlq`'s own live beside its code, in `cli/dlq.rs`).
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use super::dlq::DlqArgs;
+use crate::config::{LogFormat, Scope};
+use crate::lab::{FaultKind, Strategy};
+
+/// oncegate: makes side-effecting workflow automation safe to retry.
+#[derive(Debug, Parser)]
+#[command(name = "oncegate", version, about)]
+pub struct Cli {
+    /// Configuration file (TOML). Optional: defaults run on SQLite.
+    #[arg(long, global = true, env = "ONCEGATE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Log format; overrides `log.format`.
+    #[arg(long, global = true, value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP service (applies migrations first).
+    Serve,
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Configuration commands.
+    Config {
+        /// The configuration command.
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// API token commands.
+    Token {
+        /// The token command.
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+    /// The kill switch: hold or release every effect, or one target's.
+    Actions {
+        /// What to do.
+        #[command(subcommand)]
+        command: ActionsCommand,
+    },
+    /// Run (ledger) commands.
+    Runs {
+        /// The runs command.
+        #[command(subcommand)]
+        command: RunsCommand,
+    },
+    /// Dead letters: list, show, resolve, replay, replace, bulk replay jobs
+    /// (talks to the running server; needs an operator token).
+    Dlq(DlqArgs),
+    /// The audit log: verify chains and checkpoints, write a checkpoint.
+    Audit {
+        /// The audit command.
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+    /// Retention: archive old terminal runs, slim them, delete old tombstones.
+    Retention {
+        /// The retention command.
+        #[command(subcommand)]
+        command: RetentionCommand,
+    },
+    /// Write a consistent copy of the SQLite database (safe while serving).
+    Backup {
+        /// The new backup file (must not exist).
+        file: PathBuf,
+    },
+    /// Approval challenges.
+    Approvals {
+        /// The approvals command.
+        #[command(subcommand)]
+        command: ApprovalsCommand,
+    },
+    /// The Retry Lab: compare delivery strategies under injected faults in
+    /// a seeded simulation (no database, no network).
+    Lab(LabArgs),
+}
+
+/// `oncegate approvals …`.
+#[derive(Debug, Subcommand)]
+pub enum ApprovalsCommand {
+    /// List approval challenges as cards (pending by default).
+    List {
+        /// pending, approved, rejected, expired, escalated, or all.
+        #[arg(long, default_value = "pending")]
+        state: String,
+        /// Most rows.
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `oncegate config …`.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate the configuration (file and environment) without starting.
+    Check,
+}
+
+/// `oncegate token …`.
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Print a fresh token and the config entry that holds its digest.
+    New {
+        /// The person or workflow the token speaks for.
+        #[arg(long)]
+        subject: String,
+        /// A scope (repeatable): workflow, operator, approver, admin.
+        #[arg(long = "scope", value_enum, required = true)]
+        scopes: Vec<Scope>,
+        /// A role for approval policies (repeatable).
+        #[arg(long = "role")]
+        roles: Vec<String>,
+    },
+}
+
+/// `oncegate actions …`.
+#[derive(Debug, Subcommand)]
+pub enum ActionsCommand {
+    /// Engage the kill switch: effects wait, nothing is sent.
+    Disable {
+        /// Only this target (default: every target).
+        #[arg(long)]
+        target: Option<String>,
+    },
+    /// Release the kill switch: waiting effects go out, each once.
+    Enable {
+        /// Only this target (default: every target).
+        #[arg(long)]
+        target: Option<String>,
+    },
+    /// Show every switch.
+    Status,
+}
+
+/// `oncegate runs …`.
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// Print one run as JSON.
+    Get {
+        /// The run's namespace.
+        namespace: String,
+        /// The run's key.
+        key: String,
+    },
+}
+
+/// `oncegate audit …`.
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Walk every chain, run head and the latest checkpoint; name the first
+    /// bad row of each broken chain. Exits non-zero when anything is wrong.
+    Verify {
+        /// Only this namespace's chains (the checkpoints are always checked).
+        #[arg(long)]
+        namespace: Option<String>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a checkpoint over every chain head now.
+    Checkpoint,
+    /// Check an archive file's chains against the heads its runs recorded.
+    VerifyArchive {
+        /// A `runs-*.jsonl` file written by retention.
+        file: PathBuf,
+    },
+}
+
+/// `oncegate retention …`.
+#[derive(Debug, Subcommand)]
+pub enum RetentionCommand {
+    /// Run one sweep now: scrub, archive and slim, delete old tombstones.
+    Run {
+        /// Count what a sweep would do; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+/// `oncegate lab`.
+#[derive(Debug, clap::Args)]
+pub struct LabArgs {
+    /// Seeds every random choice: the same seed prints the same numbers.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Events per strategy and fault (1 to 100000).
+    #[arg(long, default_value_t = 1_000)]
+    pub events: usize,
+    /// The share of events each fault is injected into, above 0 and at most 1.
+    #[arg(long, default_value_t = 0.2)]
+    pub rate: f64,
+    /// Where the crash faults strike: before or after the side effect, or both.
+    #[arg(long, value_enum, default_value_t = LabCrashPoint::Both)]
+    pub crash_point: LabCrashPoint,
+    /// Only these strategies (a-g or their names; repeatable or comma-separated).
+    #[arg(long = "strategy", value_delimiter = ',')]
+    pub strategies: Vec<Strategy>,
+    /// Only these faults: concurrent, lost-ack, crash, timeout, storm.
+    #[arg(long = "fault", value_delimiter = ',')]
+    pub faults: Vec<FaultKind>,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write a self-contained HTML page with a chart per fault.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+}
+
+/// `--crash-point`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LabCrashPoint {
+    /// After the guard, before the side effect.
+    Before,
+    /// After the side effect, before it is recorded.
+    After,
+    /// One crash fault at each point.
+    Both,
+}

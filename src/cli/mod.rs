@@ -1,0 +1,96 @@
+//! The commands of the `oncegate` binary, one file per command group.
+//!
+//! `main.rs` parses the command line (the types in `args.rs`), loads the
+//! configuration and sets up logging, then hands the command to [`run`].
+//! `serve` is the composition root's ([`crate::app::serve`]); every other
+//! command opens the database directly (like `migrate`), except `dlq`,
+//! which talks to the running server over its API.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+
+use crate::app::{open_store, serve, shutdown_on_signal};
+use crate::clock::SystemClock;
+use crate::config::Config;
+use crate::db::{self as store, SharedStore};
+
+mod actions;
+mod approvals;
+mod args;
+mod audit;
+mod backup;
+mod config;
+mod dlq;
+mod dlq_jobs;
+mod dlq_show;
+mod lab;
+mod retention;
+mod runs;
+mod token;
+
+pub use args::{
+    ActionsCommand, ApprovalsCommand, AuditCommand, Cli, Command, ConfigCommand, LabArgs,
+    LabCrashPoint, RetentionCommand, RunsCommand, TokenCommand,
+};
+pub use dlq::{DlqArgs, DlqCommand, JobsCommand};
+pub use token::new_token_text;
+
+/// Runs a parsed command with its loaded configuration.
+///
+/// # Errors
+/// Whatever the command failed on, with context.
+pub async fn run(command: Command, config: Config) -> Result<()> {
+    match command {
+        Command::Serve => serve(config, shutdown_on_signal()).await,
+        Command::Migrate => migrate(&config).await,
+        Command::Config {
+            command: ConfigCommand::Check,
+        } => {
+            config::check(&config);
+            Ok(())
+        }
+        Command::Token {
+            command:
+                TokenCommand::New {
+                    subject,
+                    scopes,
+                    roles,
+                },
+        } => {
+            print!("{}", new_token_text(&subject, &scopes, &roles));
+            Ok(())
+        }
+        Command::Actions { command } => actions::run(command, &config).await,
+        Command::Dlq(args) => dlq::run(args, &config).await,
+        Command::Audit { command } => audit::run(command, &config).await,
+        Command::Retention { command } => retention::run(command, &config).await,
+        Command::Backup { file } => backup::run(&file, &config).await,
+        Command::Approvals {
+            command: ApprovalsCommand::List { state, limit, json },
+        } => approvals::list(&state, limit, json, &config).await,
+        Command::Lab(args) => lab::run(&args),
+        Command::Runs {
+            command: RunsCommand::Get { namespace, key },
+        } => runs::get(namespace, key, &config).await,
+    }
+}
+
+/// `oncegate migrate`.
+async fn migrate(config: &Config) -> Result<()> {
+    let store = open(config).await?;
+    println!(
+        "migrations applied to {}",
+        store::redact_url(&config.database.url)
+    );
+    store.close().await;
+    Ok(())
+}
+
+/// The configured store, migrated: what every command that works on the
+/// database directly starts with.
+async fn open(config: &Config) -> Result<SharedStore> {
+    let store = open_store(config, Arc::new(SystemClock)).await?;
+    store.migrate().await.context("applying migrations")?;
+    Ok(store)
+}

@@ -1,0 +1,389 @@
+//! Configuration: `oncegate.toml` layered with `ONCEGATE_*` variables.
+//!
+//! The file is optional; every field has a default that runs a single node
+//! on SQLite at `127.0.0.1:8080`. Environment variables (see [`ENV_VARS`])
+//! override the file. Everything is checked at start, and every error names
+//! the field it is about (`database.url: …`).
+//!
+//! Each section checks itself (its own `validate`): the ones defined here
+//! in [`sections`], the parts' beside their parts. [`Config::validate`]
+//! calls each in turn, then checks the few relations between sections
+//! (a source's target, the approval links' address, the dispatcher's lease
+//! against the targets' timeouts). Each part is handed only its own
+//! sections; the whole [`Config`] stays with the composition root, the
+//! command line and the handlers' shared state.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::ingress::SourceConfig;
+use crate::outbox::{DispatcherConfig, GatePolicy, OperationConfig, TargetConfig};
+
+pub mod sections;
+
+pub use sections::{
+    is_digest, validate_tokens, DatabaseConfig, LedgerConfig, LogConfig, LogFormat, Scope,
+    ServerConfig, TokenConfig, POSTGRES_DEFAULT_POOL, SQLITE_DEFAULT_POOL,
+};
+
+#[cfg(test)]
+mod tests;
+
+/// Errors found while loading or checking the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML.
+    #[error("config file {path} is not valid TOML: {message}")]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, with line and column.
+        message: String,
+    },
+    /// A field has the wrong type, an unknown name, or a bad value.
+    #[error("{field}: {message}")]
+    Field {
+        /// Dotted path of the field (`server.listen`, `tokens[0].scopes`).
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl ConfigError {
+    fn field(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::Field {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// A part's section reports `(field, message)`: the parts know nothing of
+/// this module's error type.
+impl From<(String, String)> for ConfigError {
+    fn from((field, message): (String, String)) -> Self {
+        Self::field(field, message)
+    }
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// HTTP server settings.
+    pub server: ServerConfig,
+    /// Which database and how to reach it.
+    pub database: DatabaseConfig,
+    /// Lease bounds of the ledger.
+    pub ledger: LedgerConfig,
+    /// Logging.
+    pub log: LogConfig,
+    /// API tokens, by digest.
+    pub tokens: Vec<TokenConfig>,
+    /// Where effects may be sent (the allow-list).
+    pub targets: Vec<TargetConfig>,
+    /// Webhook providers accepted at `POST /hooks/{name}`.
+    pub sources: Vec<SourceConfig>,
+    /// Declared operations and their gates.
+    pub operations: Vec<OperationConfig>,
+    /// The dispatcher inside `serve`.
+    pub dispatcher: DispatcherConfig,
+    /// Metric label bounds.
+    pub metrics: crate::metrics::MetricsConfig,
+    /// Dead letters: owners, retention, the bulk replay runner.
+    pub dead_letters: crate::deadletter::DeadLetterConfig,
+    /// Audit checkpoints and periodic verification.
+    pub audit: crate::audit::AuditConfig,
+    /// Fields replaced by `"[redacted]"` before storage, per namespace.
+    pub redact: Vec<crate::audit::RedactionRule>,
+    /// Archiving old runs, slimming them to tombstones, deleting tombstones.
+    pub retention: crate::retention::RetentionConfig,
+    /// Approval sessions, single sign-on and the expiry sweeper.
+    pub approvals: crate::approval::ApprovalsConfig,
+}
+
+/// Environment variables that override the file, and the field each sets.
+pub const ENV_VARS: &[(&str, &str)] = &[
+    ("ONCEGATE_LISTEN", "server.listen"),
+    ("ONCEGATE_MAX_BODY_BYTES", "server.max_body_bytes"),
+    ("ONCEGATE_REQUEST_TIMEOUT_MS", "server.request_timeout_ms"),
+    ("ONCEGATE_SHUTDOWN_GRACE_MS", "server.shutdown_grace_ms"),
+    ("ONCEGATE_PUBLIC_BASE_URL", "server.public_base_url"),
+    ("ONCEGATE_DATABASE_URL", "database.url"),
+    (
+        "ONCEGATE_DATABASE_MAX_CONNECTIONS",
+        "database.max_connections",
+    ),
+    (
+        "ONCEGATE_DATABASE_BUSY_TIMEOUT_MS",
+        "database.busy_timeout_ms",
+    ),
+    (
+        "ONCEGATE_DATABASE_GROUP_COMMIT_MAX_BATCH",
+        "database.group_commit_max_batch",
+    ),
+    (
+        "ONCEGATE_DATABASE_GROUP_COMMIT_MAX_WAIT_US",
+        "database.group_commit_max_wait_us",
+    ),
+    ("ONCEGATE_DEFAULT_LEASE_MS", "ledger.default_lease_ms"),
+    ("ONCEGATE_MAX_LEASE_MS", "ledger.max_lease_ms"),
+    ("ONCEGATE_MAX_LEASE_LIFE_MS", "ledger.max_lease_life_ms"),
+    ("ONCEGATE_ACTIONS_ENABLED", "dispatcher.actions_enabled"),
+    ("ONCEGATE_DISPATCHER_ENABLED", "dispatcher.enabled"),
+    (
+        "ONCEGATE_REPLAY_RUNNER_ENABLED",
+        "dead_letters.runner_enabled",
+    ),
+    (
+        "ONCEGATE_AUDIT_CHECKPOINT_INTERVAL_SECS",
+        "audit.checkpoint_interval_secs",
+    ),
+    (
+        "ONCEGATE_AUDIT_VERIFY_INTERVAL_SECS",
+        "audit.verify_interval_secs",
+    ),
+    ("ONCEGATE_RETENTION_ENABLED", "retention.enabled"),
+    (
+        "ONCEGATE_RETENTION_INTERVAL_SECS",
+        "retention.interval_secs",
+    ),
+    (
+        "ONCEGATE_RETENTION_ARCHIVE_AFTER_DAYS",
+        "retention.archive_after_days",
+    ),
+    (
+        "ONCEGATE_RETENTION_TOMBSTONE_DAYS",
+        "retention.tombstone_days",
+    ),
+    ("ONCEGATE_RETENTION_ARCHIVE_DIR", "retention.archive_dir"),
+    ("ONCEGATE_RETENTION_BATCH_SIZE", "retention.batch_size"),
+    ("ONCEGATE_LOG_FORMAT", "log.format"),
+    ("ONCEGATE_LOG_LEVEL", "log.level"),
+];
+
+impl Config {
+    /// Loads the file (if any) and applies `env` overrides, then checks it.
+    /// `env` is the process environment: its `ONCEGATE_*` variables override
+    /// the file, and `env:NAME` target secret headers are read from it.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the file, line or field that is wrong.
+    pub fn load(
+        path: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let mut table = match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_owned(),
+                    source,
+                })?;
+                text.parse::<toml::Table>()
+                    .map_err(|e| ConfigError::Syntax {
+                        path: path.to_owned(),
+                        message: e.to_string(),
+                    })?
+            }
+            None => toml::Table::new(),
+        };
+        let env: std::collections::HashMap<String, String> = env.into_iter().collect();
+        for (name, value) in &env {
+            if let Some((_, field)) = ENV_VARS.iter().find(|(var, _)| var == name) {
+                set_field(&mut table, field, value);
+            }
+        }
+        let mut config: Config = serde_path_to_error::deserialize(toml::Value::Table(table))
+            .map_err(|e| {
+                let field = e.path().to_string();
+                ConfigError::field(field, e.into_inner().message().to_string())
+            })?;
+        // `env:NAME` target credentials (e.g. the secret header an n8n
+        // Webhook node checks) are read once, here.
+        for (i, target) in config.targets.iter_mut().enumerate() {
+            target.resolve_env_secrets(&format!("targets[{i}]"), |var| env.get(var).cloned())?;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every section, then the relations between sections.
+    ///
+    /// # Errors
+    /// [`ConfigError::Field`] for the first bad field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.database.validate()?;
+        self.ledger.validate()?;
+        self.server.validate()?;
+        self.log.validate()?;
+        validate_tokens(&self.tokens)?;
+        validate_list("targets", &self.targets, "used", TargetConfig::validate)?;
+        validate_list("sources", &self.sources, "used", SourceConfig::validate)?;
+        validate_list(
+            "operations",
+            &self.operations,
+            "declared",
+            validate_operation,
+        )?;
+        self.metrics.validate()?;
+        self.dead_letters.validate()?;
+        for (i, rule) in self.redact.iter().enumerate() {
+            rule.validate(&format!("redact[{i}]"))?;
+        }
+        self.retention.validate()?;
+        self.approvals.validate()?;
+        self.dispatcher.validate()?;
+        self.validate_relations()
+    }
+
+    /// The checks that read two sections: every source forwards to a
+    /// declared target, approval links have an address when operations are
+    /// gated, and a dispatcher lease outlives the slowest target's send.
+    fn validate_relations(&self) -> Result<(), ConfigError> {
+        for (i, source) in self.sources.iter().enumerate() {
+            let at = |f: &str| format!("sources[{i}].{f}");
+            let target = self.target(&source.target).ok_or_else(|| {
+                ConfigError::field(
+                    at("target"),
+                    format!("no [[targets]] entry is named {:?}", source.target),
+                )
+            })?;
+            target
+                .join(&source.path)
+                .map_err(|e| ConfigError::field(at("path"), e))?;
+        }
+        let gated = self.operations.iter().any(|op| {
+            matches!(
+                op.gate(),
+                Some(GatePolicy::ApproveBeforeAct | GatePolicy::ApproveByException)
+            )
+        });
+        if gated && crate::approval::public_base(&self.server).is_none() {
+            return Err(ConfigError::field(
+                "server.public_base_url",
+                "operations have approval gates and the service does not listen on loopback: set the https address approval links should use",
+            ));
+        }
+        let longest = self
+            .targets
+            .iter()
+            .map(|t| t.timeout_ms + t.connect_timeout_ms)
+            .max()
+            .unwrap_or(0);
+        if self.dispatcher.lease_ms <= longest as i64 {
+            return Err(ConfigError::field(
+                "dispatcher.lease_ms",
+                format!("must exceed the longest target timeout ({longest} ms), or a slow send would look dead"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The redaction rules, compiled.
+    pub fn redactor(&self) -> crate::audit::Redactor {
+        crate::audit::Redactor::new(&self.redact)
+    }
+
+    /// The operation with this name.
+    pub fn operation(&self, name: &str) -> Option<&OperationConfig> {
+        self.operations.iter().find(|o| o.name == name)
+    }
+
+    /// The target with this name.
+    pub fn target(&self, name: &str) -> Option<&TargetConfig> {
+        self.targets.iter().find(|t| t.name == name)
+    }
+
+    /// The source with this name.
+    pub fn source(&self, name: &str) -> Option<&SourceConfig> {
+        self.sources.iter().find(|s| s.name == name)
+    }
+}
+
+/// An entry of a `[[list]]` section, known by its name.
+trait Named {
+    fn name(&self) -> &str;
+}
+
+impl Named for TargetConfig {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Named for SourceConfig {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Named for OperationConfig {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// Checks each entry of the `[[section]]` list with its own `validate`,
+/// and that no two share a name ("… is {verb} twice").
+fn validate_list<T: Named>(
+    section: &str,
+    list: &[T],
+    verb: &str,
+    validate: impl Fn(&T, &str) -> Result<(), (String, String)>,
+) -> Result<(), ConfigError> {
+    let mut seen = HashSet::new();
+    for (i, entry) in list.iter().enumerate() {
+        let at = format!("{section}[{i}]");
+        validate(entry, &at)?;
+        if !seen.insert(entry.name()) {
+            return Err(ConfigError::field(
+                format!("{at}.name"),
+                format!("{:?} is {verb} twice", entry.name()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// An operation checks itself; the names of oncegate's own effects are
+/// reserved.
+fn validate_operation(op: &OperationConfig, at: &str) -> Result<(), (String, String)> {
+    op.validate(at)?;
+    if op.name == crate::ingress::FORWARD_OPERATION
+        || op.name == crate::approval::CALLBACK_OPERATION
+    {
+        let message = "is reserved for oncegate's own effects";
+        return Err((format!("{at}.name"), message.into()));
+    }
+    Ok(())
+}
+
+/// Sets a dotted field from an environment string, typed by its look.
+fn set_field(table: &mut toml::Table, dotted: &str, raw: &str) {
+    let (section, field) = dotted.split_once('.').unwrap_or(("", dotted));
+    let value = if let Ok(n) = raw.parse::<i64>() {
+        toml::Value::Integer(n)
+    } else if let Ok(b) = raw.parse::<bool>() {
+        toml::Value::Boolean(b)
+    } else {
+        toml::Value::String(raw.to_owned())
+    };
+    let entry = table
+        .entry(section.to_owned())
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    if let toml::Value::Table(inner) = entry {
+        inner.insert(field.to_owned(), value);
+    }
+}

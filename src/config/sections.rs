@@ -1,0 +1,363 @@
+//! The sections the configuration's own module defines, each checking
+//! itself: `[server]`, `[database]`, `[ledger]`, `[log]` and `[[tokens]]`.
+//! The parts' sections (`[dispatcher]`, `[[targets]]`, `[[sources]]`,
+//! `[retention]`…) live beside their parts and check themselves there.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use super::ConfigError;
+
+/// `[server]`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Largest request body accepted by the API, in bytes.
+    pub max_body_bytes: usize,
+    /// A request that takes longer is answered 408, in milliseconds.
+    pub request_timeout_ms: u64,
+    /// How long shutdown waits for in-flight requests, in milliseconds.
+    pub shutdown_grace_ms: u64,
+    /// The address people reach the service at, for approval links
+    /// (`https://…`; plain http only on loopback). Default: the listen
+    /// address when it is loopback.
+    pub public_base_url: Option<String>,
+}
+
+impl ServerConfig {
+    /// Checks the limits and the public address.
+    ///
+    /// # Errors
+    /// [`ConfigError::Field`] for the first bad field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_body_bytes < 1024 {
+            return Err(ConfigError::field(
+                "server.max_body_bytes",
+                "must be at least 1024",
+            ));
+        }
+        if self.request_timeout_ms == 0 {
+            return Err(ConfigError::field(
+                "server.request_timeout_ms",
+                "must be positive",
+            ));
+        }
+        if let Some(base) = &self.public_base_url {
+            let url = url::Url::parse(base).map_err(|e| {
+                ConfigError::field("server.public_base_url", format!("not a URL: {e}"))
+            })?;
+            let loopback = match url.host() {
+                Some(url::Host::Domain(d)) => d == "localhost",
+                Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+                Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+                None => false,
+            };
+            if url.scheme() != "https" && !(url.scheme() == "http" && loopback) {
+                return Err(ConfigError::field(
+                    "server.public_base_url",
+                    "must be https (plain http only for loopback development): approval links are bearer credentials",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            max_body_bytes: 256 * 1024,
+            request_timeout_ms: 30_000,
+            shutdown_grace_ms: 30_000,
+            public_base_url: None,
+        }
+    }
+}
+
+/// `[database]`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// `sqlite://PATH` (default `sqlite://oncegate.db`) or `postgres://…`.
+    pub url: String,
+    /// Most connections in the pool; 0 picks by backend (see
+    /// [`DatabaseConfig::pool_size`]).
+    pub max_connections: u32,
+    /// SQLite: how long to wait on a locked database, in milliseconds.
+    pub busy_timeout_ms: u64,
+    /// SQLite: most writes committed in one durable transaction.
+    pub group_commit_max_batch: usize,
+    /// SQLite: how long a batch waits for more writes once none is queued,
+    /// in microseconds (0: commit as soon as the queue is empty).
+    pub group_commit_max_wait_us: u64,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            url: "sqlite://oncegate.db".into(),
+            max_connections: 0,
+            busy_timeout_ms: 5_000,
+            group_commit_max_batch: 64,
+            group_commit_max_wait_us: 0,
+        }
+    }
+}
+
+/// Readers of a SQLite store when `max_connections` is 0: the writer is
+/// one connection of its own, and each reader may cache up to 2 MiB.
+pub const SQLITE_DEFAULT_POOL: u32 = 8;
+/// PostgreSQL connections when `max_connections` is 0: enough concurrent
+/// transactions for the server to group their commits (measured in
+/// BENCHMARKS.md: 8 halves claim throughput at 32 clients).
+pub const POSTGRES_DEFAULT_POOL: u32 = 32;
+
+impl DatabaseConfig {
+    /// The pool size: `max_connections`, or the backend's default when 0.
+    pub fn pool_size(&self) -> u32 {
+        match self.max_connections {
+            0 if self.url.starts_with("sqlite:") => SQLITE_DEFAULT_POOL,
+            0 => POSTGRES_DEFAULT_POOL,
+            n => n,
+        }
+    }
+
+    /// Checks the URL's backend, the pool size and the group-commit bounds.
+    ///
+    /// # Errors
+    /// [`ConfigError::Field`] for the first bad field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let url = &self.url;
+        if !(url.starts_with("sqlite:")
+            || url.starts_with("postgres://")
+            || url.starts_with("postgresql://"))
+        {
+            return Err(ConfigError::field(
+                "database.url",
+                format!(
+                    "{:?} is not sqlite://PATH or postgres://…",
+                    crate::db::redact_url(url)
+                ),
+            ));
+        }
+        if self.max_connections > 10_000 {
+            return Err(ConfigError::field(
+                "database.max_connections",
+                "must be at most 10000 (0 picks by backend)",
+            ));
+        }
+        if !(1..=4096).contains(&self.group_commit_max_batch) {
+            return Err(ConfigError::field(
+                "database.group_commit_max_batch",
+                "must be between 1 and 4096",
+            ));
+        }
+        if self.group_commit_max_wait_us > 100_000 {
+            return Err(ConfigError::field(
+                "database.group_commit_max_wait_us",
+                "must be at most 100000 (0.1 s): every write in a batch waits this long",
+            ));
+        }
+        Ok(())
+    }
+
+    /// SQLite's group-commit batching, from `group_commit_*`.
+    pub fn group_commit(&self) -> crate::db::sqlite::GroupCommitOptions {
+        crate::db::sqlite::GroupCommitOptions {
+            max_batch: self.group_commit_max_batch,
+            max_wait: std::time::Duration::from_micros(self.group_commit_max_wait_us),
+        }
+    }
+}
+
+/// `[ledger]`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LedgerConfig {
+    /// Lease length when a claim names none, in milliseconds.
+    pub default_lease_ms: i64,
+    /// Longest lease a claim or renewal may ask for, in milliseconds.
+    pub max_lease_ms: i64,
+    /// Longest total life of one owner's lease across renewals, in milliseconds.
+    pub max_lease_life_ms: i64,
+    /// `retry_after` told to duplicates of runs awaiting a human or
+    /// approved, in milliseconds.
+    pub in_flight_retry_after_ms: i64,
+}
+
+impl LedgerConfig {
+    /// Checks that the lease bounds nest: default ≤ longest ≤ longest life.
+    ///
+    /// # Errors
+    /// [`ConfigError::Field`] for the first bad field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.default_lease_ms < 100 {
+            return Err(ConfigError::field(
+                "ledger.default_lease_ms",
+                "must be at least 100",
+            ));
+        }
+        if self.max_lease_ms < self.default_lease_ms {
+            return Err(ConfigError::field(
+                "ledger.max_lease_ms",
+                "must be at least ledger.default_lease_ms",
+            ));
+        }
+        if self.max_lease_life_ms < self.max_lease_ms {
+            return Err(ConfigError::field(
+                "ledger.max_lease_life_ms",
+                "must be at least ledger.max_lease_ms",
+            ));
+        }
+        if self.in_flight_retry_after_ms < 0 {
+            return Err(ConfigError::field(
+                "ledger.in_flight_retry_after_ms",
+                "must not be negative",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Default for LedgerConfig {
+    fn default() -> Self {
+        Self {
+            default_lease_ms: 30_000,
+            max_lease_ms: 15 * 60_000,
+            max_lease_life_ms: 60 * 60_000,
+            in_flight_retry_after_ms: 30_000,
+        }
+    }
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Human,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// `human` or `json`.
+    pub format: LogFormat,
+    /// A `tracing` filter such as `info` or `oncegate=debug,sqlx=warn`.
+    pub level: String,
+}
+
+impl LogConfig {
+    /// Checks that the level is a filter `tracing` accepts.
+    ///
+    /// # Errors
+    /// [`ConfigError::Field`] naming `log.level`.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        tracing_subscriber::EnvFilter::try_new(&self.level)
+            .map_err(|e| ConfigError::field("log.level", e.to_string()))?;
+        Ok(())
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Human,
+            level: "info".into(),
+        }
+    }
+}
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Hash, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// Claim and move runs (a workflow engine).
+    Workflow,
+    /// Read runs, operate dead letters and the kill switch.
+    Operator,
+    /// Decide approval challenges.
+    Approver,
+    /// Everything.
+    Admin,
+}
+
+impl Scope {
+    /// The configured name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Workflow => "workflow",
+            Self::Operator => "operator",
+            Self::Approver => "approver",
+            Self::Admin => "admin",
+        }
+    }
+
+    /// Parses a configured name.
+    pub fn parse(name: &str) -> Option<Self> {
+        [Self::Workflow, Self::Operator, Self::Approver, Self::Admin]
+            .into_iter()
+            .find(|s| s.as_str() == name)
+    }
+}
+
+/// `[[tokens]]`: one API token, by the SHA-256 digest of its value.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    /// The person or workflow the token speaks for.
+    pub subject: String,
+    /// `sha256:<64 hex>` of the token (`oncegate token new` prints it).
+    pub digest: String,
+    /// What the token may do.
+    pub scopes: Vec<Scope>,
+    /// Roles, for approval policies.
+    #[serde(default)]
+    pub roles: Vec<String>,
+}
+
+/// Checks every `[[tokens]]` entry: a subject, a digest (never the token
+/// itself) listed once, at least one scope.
+///
+/// # Errors
+/// [`ConfigError::Field`] for the first bad field.
+pub fn validate_tokens(tokens: &[TokenConfig]) -> Result<(), ConfigError> {
+    let mut seen = std::collections::HashSet::new();
+    for (i, token) in tokens.iter().enumerate() {
+        let at = |f: &str| format!("tokens[{i}].{f}");
+        if token.subject.trim().is_empty() {
+            return Err(ConfigError::field(at("subject"), "must not be empty"));
+        }
+        if !is_digest(&token.digest) {
+            return Err(ConfigError::field(
+                at("digest"),
+                "must be \"sha256:\" followed by 64 lowercase hex digits (never the token itself)",
+            ));
+        }
+        if !seen.insert(&token.digest) {
+            return Err(ConfigError::field(at("digest"), "is listed twice"));
+        }
+        if token.scopes.is_empty() {
+            return Err(ConfigError::field(
+                at("scopes"),
+                "must name at least one scope",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `value` looks like a stored token digest.
+pub fn is_digest(value: &str) -> bool {
+    value.strip_prefix("sha256:").is_some_and(|hex| {
+        hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
+}

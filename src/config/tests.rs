@@ -1,0 +1,123 @@
+//! Loading, the environment overlay, and errors that name their field.
+
+use super::*;
+use std::io::Write;
+
+fn load_text(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(text.as_bytes()).unwrap();
+    let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+    Config::load(Some(file.path()), env)
+}
+
+#[test]
+fn defaults_need_no_file() {
+    let config = Config::load(None, Vec::new()).unwrap();
+    assert_eq!(config.database.url, "sqlite://oncegate.db");
+    assert_eq!(config.server.listen.to_string(), "127.0.0.1:8080");
+}
+
+#[test]
+fn pool_and_group_commit_defaults_follow_the_backend() {
+    let config = Config::load(None, Vec::new()).unwrap();
+    assert_eq!(config.database.pool_size(), SQLITE_DEFAULT_POOL);
+    let group = config.database.group_commit();
+    assert_eq!((group.max_batch, group.max_wait.as_micros()), (64, 0));
+    let pg = load_text("[database]\nurl = \"postgres://h/db\"\n", &[]).unwrap();
+    assert_eq!(pg.database.pool_size(), POSTGRES_DEFAULT_POOL);
+    let set = load_text(
+        "[database]\nmax_connections = 5\ngroup_commit_max_batch = 8\n",
+        &[("ONCEGATE_DATABASE_GROUP_COMMIT_MAX_WAIT_US", "250")],
+    )
+    .unwrap();
+    assert_eq!(set.database.pool_size(), 5);
+    let group = set.database.group_commit();
+    assert_eq!((group.max_batch, group.max_wait.as_micros()), (8, 250));
+}
+
+#[test]
+fn environment_overrides_file() {
+    let config = load_text(
+        "[database]\nurl = \"sqlite://a.db\"\n",
+        &[
+            ("ONCEGATE_DATABASE_URL", "sqlite://b.db"),
+            ("ONCEGATE_LISTEN", "127.0.0.1:9"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(config.database.url, "sqlite://b.db");
+    assert_eq!(config.server.listen.port(), 9);
+}
+
+#[test]
+fn errors_name_the_field() {
+    let err = load_text("[server]\nlisten = \"nowhere\"\n", &[]).unwrap_err();
+    assert!(err.to_string().starts_with("server.listen:"), "{err}");
+    let err = load_text("[server]\nlisen = \"127.0.0.1:1\"\n", &[]).unwrap_err();
+    assert!(err.to_string().contains("lisen"), "{err}");
+    let err = load_text("[database]\nurl = \"mysql://x\"\n", &[]).unwrap_err();
+    assert!(err.to_string().starts_with("database.url:"), "{err}");
+    let err = load_text(
+        "[[tokens]]\nsubject = \"n8n\"\ndigest = \"plain-token\"\nscopes = [\"workflow\"]\n",
+        &[],
+    )
+    .unwrap_err();
+    assert!(err.to_string().starts_with("tokens[0].digest:"), "{err}");
+    let err = load_text(
+        &format!(
+            "[[tokens]]\nsubject = \"x\"\ndigest = \"sha256:{}\"\nscopes = [\"root\"]\n",
+            "a".repeat(64)
+        ),
+        &[],
+    )
+    .unwrap_err();
+    assert!(err.to_string().starts_with("tokens[0].scopes"), "{err}");
+    let err = load_text("[ledger]\nmax_lease_ms = 10\n", &[]).unwrap_err();
+    assert!(err.to_string().starts_with("ledger.max_lease_ms:"), "{err}");
+    let err = load_text("[database]\ngroup_commit_max_batch = 0\n", &[]).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("database.group_commit_max_batch:"),
+        "{err}"
+    );
+    let err = load_text(
+        "",
+        &[("ONCEGATE_DATABASE_GROUP_COMMIT_MAX_WAIT_US", "1000000")],
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("database.group_commit_max_wait_us:"),
+        "{err}"
+    );
+    let err = load_text("server = [\n", &[]).unwrap_err();
+    assert!(matches!(err, ConfigError::Syntax { .. }), "{err}");
+}
+
+#[test]
+fn audit_retention_and_redaction_errors_name_the_field() {
+    let config = load_text(
+        "[audit]\ncheckpoint_interval_secs = 60\n[[redact]]\nnamespace = \"stripe\"\n\
+         pointers = [\"/data/object/email\"]\n[retention]\narchive_dir = \"/tmp/a\"\n\
+         [[retention.overrides]]\nnamespace = \"stripe\"\narchive_after_days = 7\n",
+        &[("ONCEGATE_RETENTION_TOMBSTONE_DAYS", "120")],
+    )
+    .unwrap();
+    assert_eq!(config.audit.checkpoint_interval_secs, 60);
+    assert_eq!(config.retention.windows("stripe"), (7, 120));
+    assert!(config.redactor().applies("stripe"));
+    let err = load_text(
+        "[[redact]]\nnamespace = \"x\"\npointers = [\"email\"]\n",
+        &[],
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().starts_with("redact[0].pointers[0]:"),
+        "{err}"
+    );
+    let err = load_text("[retention]\ntombstone_days = 10\n", &[]).unwrap_err();
+    assert!(
+        err.to_string().starts_with("retention.tombstone_days:"),
+        "{err}"
+    );
+}

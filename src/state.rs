@@ -1,0 +1,47 @@
+//! The state every HTTP handler shares: the store, the token table, the
+//! metrics, the checked configuration, the clock, the prepared sources and
+//! schemas, the kill switch and the dispatcher's wake-up.
+//!
+//! It is its own top-level module because the API, the console and the
+//! webhook route all take it while the code that starts the service
+//! builds it and imports them: kept beside either, one would import the
+//! other back.
+
+use std::sync::Arc;
+
+use crate::clock::SharedClock;
+use crate::config::Config;
+use crate::db::SharedStore;
+use crate::deadletter::replay::ReplayContext;
+use crate::ingress::Sources;
+use crate::metrics::Metrics;
+use crate::outbox::KillSwitch;
+use crate::tokens::Authenticator;
+use crate::validate::OutputSchemas;
+
+/// What every handler shares.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// The ledger's storage.
+    pub store: SharedStore,
+    /// Known API tokens.
+    pub auth: Arc<Authenticator>,
+    /// Prometheus metrics.
+    pub metrics: Arc<Metrics>,
+    /// The checked configuration.
+    pub config: Arc<Config>,
+    /// The injected clock.
+    pub clock: SharedClock,
+    /// Webhook sources, prepared at start.
+    pub sources: Arc<Sources>,
+    /// Wakes the dispatcher when effects are queued or released.
+    pub wake: Arc<tokio::sync::Notify>,
+    /// The kill switch as this process sees it (shared with its dispatcher).
+    pub kill_switch: KillSwitch,
+    /// Compiled output schemas of the operations (the AI step contract).
+    pub schemas: Arc<OutputSchemas>,
+    /// What dead-letter replays run in (the store, the declared operations,
+    /// the dispatcher's wake-up), built once and shared by the API, the
+    /// console and the bulk replay runner.
+    pub replay: ReplayContext,
+}
