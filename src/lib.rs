@@ -8,8 +8,8 @@
 //!   backends, which implement every part's storage port once: the atomic
 //!   claim and every compare-and-set move are single guarded statements,
 //!   transactions plain Rust over a small executor. SQLite's writes are
-//!   group-committed ([`db::sqlite::group_commit`]). [`storage`] holds the
-//!   error every port shares.
+//!   group-committed ([`db::sqlite::group_commit`]). [`ledger::storage`]
+//!   holds the error every port shares.
 //! - [`ingress`]: `POST /hooks/{source}`: provider signatures verified on
 //!   the raw bytes, then claim, raw event and forward effect in one
 //!   transaction.
@@ -114,7 +114,6 @@ pub mod metrics;
 pub mod outbox;
 pub mod retention;
 pub mod state;
-pub mod storage;
 pub mod tokens;
 pub mod ui;
 pub mod validate;

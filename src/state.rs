@@ -45,3 +45,18 @@ pub struct AppState {
     /// console and the bulk replay runner.
     pub replay: ReplayContext,
 }
+
+impl AppState {
+    /// The intake of webhook deliveries over this state.
+    pub fn intake(&self) -> crate::ingress::Intake<'_> {
+        crate::ingress::Intake {
+            sources: &self.sources,
+            store: self.store.as_ref(),
+            metrics: &self.metrics,
+            clock: self.clock.as_ref(),
+            wake: &self.wake,
+            lease_ms: self.config.ledger.default_lease_ms,
+            in_flight_retry_after_ms: self.config.ledger.in_flight_retry_after_ms,
+        }
+    }
+}

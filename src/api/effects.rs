@@ -12,9 +12,10 @@ use utoipa::ToSchema;
 use super::error::{ApiError, Result};
 use super::runs::{MoveResponse, OwnerFields, RunRef};
 use super::{auth, ApiJson, Caller};
+use crate::approval::GatePolicy;
 use crate::clock::to_datetime;
 use crate::ledger::{IdempotencyKey, Namespace, OwnerCall};
-use crate::outbox::{Effect, EffectSpec, ExternalIdAt, GatePolicy, NewEffect, RejectRule};
+use crate::outbox::{Effect, EffectSpec, ExternalIdAt, NewEffect, RejectRule};
 use crate::state::AppState;
 
 pub(super) fn router(state: AppState) -> Router<AppState> {

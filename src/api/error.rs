@@ -9,8 +9,8 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use crate::ledger::storage::StoreError;
 use crate::ledger::{InvalidId, Run};
-use crate::storage::StoreError;
 
 /// `Result` of the API layer.
 pub type Result<T, E = ApiError> = std::result::Result<T, E>;
@@ -311,6 +311,30 @@ fn cause_chain(err: &(dyn std::error::Error + 'static)) -> String {
 impl From<InvalidId> for ApiError {
     fn from(err: InvalidId) -> Self {
         Self::invalid(err.field, err.to_string())
+    }
+}
+
+impl From<crate::ingress::AcceptError> for ApiError {
+    fn from(err: crate::ingress::AcceptError) -> Self {
+        use crate::ingress::AcceptError as E;
+        match err {
+            E::UnknownSource(_) => Self::NotFound(err.to_string()),
+            E::Signature(_) => Self::Unauthenticated(err.to_string()),
+            E::Invalid { field, problem } => Self::invalid(field, problem),
+            E::InFlight { .. } => Self::InFlight(err.to_string()),
+            E::Conflict {
+                namespace,
+                key,
+                stored_hash,
+                offered_hash,
+            } => Self::PayloadConflict {
+                namespace,
+                key,
+                stored_hash,
+                offered_hash,
+            },
+            E::Store(err) => err.into(),
+        }
     }
 }
 

@@ -14,10 +14,11 @@ use super::error::{ApiError, Result};
 use super::runs::{optional_text, OwnerFields};
 use super::{auth, ApiJson, Caller};
 use crate::approval::{callback_effect, callback_for, first_challenge, Callback, Eligibility};
+use crate::approval::{GatePolicy, OperationConfig};
 use crate::clock::to_datetime;
 use crate::ledger::{Moved, OwnerCall};
 use crate::metrics::ValidationFailure;
-use crate::outbox::{GatePolicy, NewEffect, OperationConfig};
+use crate::outbox::NewEffect;
 use crate::state::AppState;
 use crate::validate::port::NewOutput;
 
@@ -376,7 +377,10 @@ async fn human(
     summary: Option<String>,
     reason: Option<String>,
 ) -> Result<Json<GateResponse>> {
-    let base = crate::approval::public_base(&app.config.server)
+    let base = app
+        .config
+        .server
+        .public_base()
         .ok_or_else(|| ApiError::Internal("no public_base_url passed config checks".into()))?;
     let run = app.store.get_run(&call.namespace, &call.key).await?;
     let meta = run.as_ref().map(|r| &r.metadata);

@@ -51,8 +51,6 @@ pub(super) async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
 pub(super) async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        app.metrics
-            .scrape(app.store.as_ref(), app.store.as_ref())
-            .await,
+        app.metrics.scrape(app.store.as_ref()).await,
     )
 }

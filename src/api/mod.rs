@@ -27,6 +27,7 @@ mod effects;
 pub mod error;
 mod gate;
 pub(crate) mod health;
+pub(crate) mod hooks;
 // The benchmark floor (POST /v1/noop).
 mod noop;
 pub mod openapi;

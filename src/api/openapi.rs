@@ -18,7 +18,7 @@ use crate::state::AppState;
         super::runs::complete,
         super::runs::fail,
         super::runs::get_run,
-        crate::ingress::receive,
+        super::hooks::receive,
         super::effects::commit,
         super::effects::list,
         super::effects::cancel,

@@ -44,15 +44,7 @@ pub fn correlation_id(headers: &HeaderMap) -> String {
         .map_or_else(|| uuid::Uuid::now_v7().to_string(), str::to_owned)
 }
 
-/// Records the run a handler works on into the request's span.
-pub fn record_run(namespace: &str, key: &str, version: Option<i64>) {
-    let span = tracing::Span::current();
-    span.record("namespace", namespace);
-    span.record("key", key);
-    if let Some(version) = version {
-        span.record("version", version);
-    }
-}
+pub use crate::ledger::span::record_run;
 
 /// Probes scraped every few seconds log at debug, not info.
 fn is_probe(route: &str) -> bool {

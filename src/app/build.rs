@@ -7,7 +7,6 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use tokio::sync::Notify;
 
-use crate::approval::port::StoredToken;
 use crate::clock::SharedClock;
 use crate::config::{Config, Scope};
 use crate::db::{self as store, SharedStore, StoreOptions};
@@ -16,6 +15,7 @@ use crate::ingress::Sources;
 use crate::metrics::{DeclaredNames, Metrics};
 use crate::outbox::KillSwitch;
 use crate::state::AppState;
+use crate::tokens::port::StoredToken;
 use crate::tokens::{self, Authenticator};
 use crate::validate::OutputSchemas;
 
@@ -31,18 +31,18 @@ pub async fn open_store(config: &Config, clock: SharedClock) -> Result<SharedSto
         use_db_clock: true,
         redaction: Arc::new(config.redactor()),
     };
-    store::connect_with(
-        &config.database.url,
-        options,
-        config.database.group_commit(),
-    )
-    .await
-    .with_context(|| {
-        format!(
-            "opening database {}",
-            store::redact_url(&config.database.url)
-        )
-    })
+    let group = store::sqlite::GroupCommitOptions {
+        max_batch: config.database.group_commit_max_batch,
+        max_wait: std::time::Duration::from_micros(config.database.group_commit_max_wait_us),
+    };
+    store::connect_with(&config.database.url, options, group)
+        .await
+        .with_context(|| {
+            format!(
+                "opening database {}",
+                crate::config::redact_url(&config.database.url)
+            )
+        })
 }
 
 /// Builds the app around a migrated store. When no token is configured and
@@ -108,6 +108,10 @@ fn declared_names(config: &Config) -> DeclaredNames {
     DeclaredNames {
         sources: names(&mut config.sources.iter().map(|s| &s.name)),
         targets: names(&mut config.targets.iter().map(|t| &t.name)),
-        operations: names(&mut config.operations.iter().map(|o| &o.name)),
+        // The ingress forwards under an operation of their own.
+        operations: names(&mut config.operations.iter().map(|o| &o.name))
+            .into_iter()
+            .chain([crate::ingress::FORWARD_OPERATION.to_owned()])
+            .collect(),
     }
 }

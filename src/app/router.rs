@@ -20,7 +20,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(api::router(state.clone()))
         .merge(api::approve::router())
-        .merge(crate::ingress::router())
+        .merge(api::hooks::router())
         .merge(crate::ui::router())
         .merge(api::health::router())
         .merge(api::openapi::router())

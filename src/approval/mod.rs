@@ -19,6 +19,7 @@
 use serde_json::{json, Value};
 
 pub mod challenge;
+pub mod operation;
 pub mod pages;
 pub mod policy;
 pub mod port;
@@ -30,6 +31,7 @@ pub use challenge::{
     Approver, Audience, AuthMethod, Challenge, ChallengeMove, ChallengeState, NewChallenge,
     Refusal, StagedEffect, Verdict,
 };
+pub use operation::{GatePolicy, OperationConfig};
 pub use policy::{
     ApprovalPolicy, ApproverAuth, Eligibility, EligibilityRule, ExceptionPolicy, OutputContract,
 };
@@ -37,8 +39,7 @@ pub use session::{ApprovalsConfig, StoredSession};
 pub use token::Secret;
 
 use crate::clock::Millis;
-use crate::config::ServerConfig;
-use crate::outbox::{EffectSpec, NewEffect, OperationConfig, TargetConfig};
+use crate::outbox::{EffectSpec, NewEffect, TargetConfig};
 
 /// The reserved operation of decision callbacks. Its effects are sent
 /// whatever state the run is in, and never move the run.
@@ -167,14 +168,4 @@ pub fn callback_for(targets: &[TargetConfig], url: &str) -> Option<Callback> {
 /// Seconds to milliseconds, saturating.
 pub fn secs_ms(secs: u64) -> Millis {
     i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX)
-}
-
-/// The base every approval link starts with: `server.public_base_url`, or
-/// `http://<listen>` when the service listens on loopback.
-pub fn public_base(server: &ServerConfig) -> Option<String> {
-    match &server.public_base_url {
-        Some(url) => Some(url.trim_end_matches('/').to_owned()),
-        None if server.listen.ip().is_loopback() => Some(format!("http://{}", server.listen)),
-        None => None,
-    }
 }

@@ -1,14 +1,13 @@
 //! The approval gate's storage ports: challenges and their decisions
-//! ([`ApprovalStore`]); browser sessions and the tokens the service stores
-//! itself ([`SessionStore`]).
+//! ([`ApprovalStore`]); browser sessions ([`SessionStore`]).
 
 use async_trait::async_trait;
 use serde_json::Value;
 
 use super::{Challenge, ChallengeState, NewChallenge, StoredSession, Verdict};
+use crate::ledger::storage::Result;
 use crate::ledger::{Moved, OwnerCall, Run};
 use crate::outbox::NewEffect;
-use crate::storage::Result;
 
 /// A decision to record.
 #[derive(Debug, Clone)]
@@ -28,19 +27,6 @@ pub struct Decided {
     pub effects: Vec<NewEffect>,
 }
 
-/// An API token as stored: only its digest, never the token.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredToken {
-    /// `sha256:<hex>` of the token.
-    pub digest: String,
-    /// Who the token speaks for (the actor in the audit log).
-    pub subject: String,
-    /// Scope names (`workflow`, `operator`, `approver`, `admin`).
-    pub scopes: Vec<String>,
-    /// Role names, for approval policies.
-    pub roles: Vec<String>,
-}
-
 /// Storage calls of approval gates.
 #[async_trait]
 pub trait ApprovalStore: Send + Sync + std::fmt::Debug {
@@ -49,7 +35,7 @@ pub trait ApprovalStore: Send + Sync + std::fmt::Debug {
     /// transaction.
     ///
     /// # Errors
-    /// [`StoreError::LostOwnership`](crate::storage::StoreError::LostOwnership) when the lease is not live and current.
+    /// [`StoreError::LostOwnership`](crate::ledger::storage::StoreError::LostOwnership) when the lease is not live and current.
     async fn gate(
         &self,
         call: &OwnerCall,
@@ -62,7 +48,7 @@ pub trait ApprovalStore: Send + Sync + std::fmt::Debug {
     /// in the audit `detail`.
     ///
     /// # Errors
-    /// [`StoreError::LostOwnership`](crate::storage::StoreError::LostOwnership) when the lease is not live and current.
+    /// [`StoreError::LostOwnership`](crate::ledger::storage::StoreError::LostOwnership) when the lease is not live and current.
     async fn approve_by_policy(
         &self,
         call: &OwnerCall,
@@ -146,16 +132,4 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// On database failure.
     async fn purge_sessions(&self) -> Result<u64>;
-
-    /// API tokens created by the service itself (the first-start admin token).
-    ///
-    /// # Errors
-    /// On database failure.
-    async fn stored_tokens(&self) -> Result<Vec<StoredToken>>;
-
-    /// Stores a token digest.
-    ///
-    /// # Errors
-    /// On database failure.
-    async fn insert_token(&self, token: &StoredToken) -> Result<()>;
 }

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use super::challenge::AuthMethod;
 use super::token::Secret;
 use crate::clock::Millis;
-use crate::config::Scope;
+use crate::tokens::Scope;
 
 /// The session cookie's name.
 pub const COOKIE_NAME: &str = "og_session";

@@ -11,10 +11,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::port::{ApprovalStore, SessionStore};
 use super::{challenge_callback, escalation_of, ApprovalsConfig};
+use crate::approval::OperationConfig;
 use crate::clock::SharedClock;
+use crate::ledger::storage::Result;
 use crate::metrics::{GateDecision, Metrics};
-use crate::outbox::OperationConfig;
-use crate::storage::Result;
 
 /// Most challenges handled per step.
 const BATCH: i64 = 100;

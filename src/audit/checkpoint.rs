@@ -24,7 +24,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::port::AuditStore;
 use crate::clock::Millis;
-use crate::storage::{Result, StoreError};
+use crate::ledger::storage::{Result, StoreError};
 
 /// The namespace of chains that belong to no run (kill-switch changes,
 /// retention records). Their heads come from their last event.

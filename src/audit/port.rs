@@ -8,8 +8,8 @@ use futures_util::stream::BoxStream;
 
 use super::checkpoint::{ChainHead, Checkpoint, CheckpointWrite, HeadRow};
 use super::{AuditRecord, ChainAnchor, ScanRow, Verification};
+use crate::ledger::storage::Result;
 use crate::ledger::{IdempotencyKey, Namespace};
-use crate::storage::Result;
 
 /// Storage calls of the audit log.
 #[async_trait]

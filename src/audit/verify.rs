@@ -15,7 +15,7 @@ use super::checkpoint::{Checkpoint, HeadDigest};
 use super::port::AuditStore;
 use super::AuditRecord;
 use crate::clock::Millis;
-use crate::storage::Result;
+use crate::ledger::storage::Result;
 
 /// One row of the verification scan.
 #[derive(Debug, Clone, PartialEq)]
@@ -163,7 +163,7 @@ impl Verification {
 /// Verifies every chain (or one namespace's) and the checkpoints.
 ///
 /// # Errors
-/// [`crate::storage::StoreError`] when the database cannot be read.
+/// [`crate::ledger::storage::StoreError`] when the database cannot be read.
 pub async fn verify(store: &dyn AuditStore, namespace: Option<&str>) -> Result<VerifyReport> {
     let mut report = VerifyReport::default();
     let checkpoints = store.checkpoints().await?;

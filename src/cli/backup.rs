@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 
 use crate::config::Config;
-use crate::storage::StoreError;
+use crate::ledger::storage::StoreError;
 
 /// Runs `oncegate backup FILE`.
 ///

@@ -2,14 +2,13 @@
 //! before any command runs, so this only reports what it found.
 
 use crate::config::Config;
-use crate::db as store;
 
 /// Prints what the checked configuration holds.
 pub(super) fn check(config: &Config) {
     println!(
         "configuration ok: listen {}, database {}, {} token(s)",
         config.server.listen,
-        store::redact_url(&config.database.url),
+        crate::config::redact_url(&config.database.url),
         config.tokens.len()
     );
 }

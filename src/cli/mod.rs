@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use crate::app::{open_store, serve, shutdown_on_signal};
 use crate::clock::SystemClock;
 use crate::config::Config;
-use crate::db::{self as store, SharedStore};
+use crate::db::SharedStore;
 
 mod actions;
 mod approvals;
@@ -81,7 +81,7 @@ async fn migrate(config: &Config) -> Result<()> {
     let store = open(config).await?;
     println!(
         "migrations applied to {}",
-        store::redact_url(&config.database.url)
+        crate::config::redact_url(&config.database.url)
     );
     store.close().await;
     Ok(())

@@ -18,14 +18,16 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::approval::{GatePolicy, OperationConfig};
 use crate::ingress::SourceConfig;
-use crate::outbox::{DispatcherConfig, GatePolicy, OperationConfig, TargetConfig};
+use crate::outbox::{DispatcherConfig, TargetConfig};
 
 pub mod sections;
 
+pub use crate::tokens::{is_digest, Scope, TokenConfig};
 pub use sections::{
-    is_digest, validate_tokens, DatabaseConfig, LedgerConfig, LogConfig, LogFormat, Scope,
-    ServerConfig, TokenConfig, POSTGRES_DEFAULT_POOL, SQLITE_DEFAULT_POOL,
+    redact_url, validate_tokens, DatabaseConfig, LedgerConfig, LogConfig, LogFormat, ServerConfig,
+    POSTGRES_DEFAULT_POOL, SQLITE_DEFAULT_POOL,
 };
 
 #[cfg(test)]
@@ -270,7 +272,7 @@ impl Config {
                 Some(GatePolicy::ApproveBeforeAct | GatePolicy::ApproveByException)
             )
         });
-        if gated && crate::approval::public_base(&self.server).is_none() {
+        if gated && self.server.public_base().is_none() {
             return Err(ConfigError::field(
                 "server.public_base_url",
                 "operations have approval gates and the service does not listen on loopback: set the https address approval links should use",

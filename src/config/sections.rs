@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
+use crate::tokens::{is_digest, TokenConfig};
 
 /// `[server]`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -28,6 +29,16 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
+    /// The base every approval link starts with: `public_base_url`, or
+    /// `http://<listen>` when the service listens on loopback.
+    pub fn public_base(&self) -> Option<String> {
+        match &self.public_base_url {
+            Some(url) => Some(url.trim_end_matches('/').to_owned()),
+            None if self.listen.ip().is_loopback() => Some(format!("http://{}", self.listen)),
+            None => None,
+        }
+    }
+
     /// Checks the limits and the public address.
     ///
     /// # Errors
@@ -138,10 +149,7 @@ impl DatabaseConfig {
         {
             return Err(ConfigError::field(
                 "database.url",
-                format!(
-                    "{:?} is not sqlite://PATH or postgres://…",
-                    crate::db::redact_url(url)
-                ),
+                format!("{:?} is not sqlite://PATH or postgres://…", redact_url(url)),
             ));
         }
         if self.max_connections > 10_000 {
@@ -163,14 +171,6 @@ impl DatabaseConfig {
             ));
         }
         Ok(())
-    }
-
-    /// SQLite's group-commit batching, from `group_commit_*`.
-    pub fn group_commit(&self) -> crate::db::sqlite::GroupCommitOptions {
-        crate::db::sqlite::GroupCommitOptions {
-            max_batch: self.group_commit_max_batch,
-            max_wait: std::time::Duration::from_micros(self.group_commit_max_wait_us),
-        }
     }
 }
 
@@ -276,54 +276,6 @@ impl Default for LogConfig {
     }
 }
 
-/// What a token may do.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Hash, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Scope {
-    /// Claim and move runs (a workflow engine).
-    Workflow,
-    /// Read runs, operate dead letters and the kill switch.
-    Operator,
-    /// Decide approval challenges.
-    Approver,
-    /// Everything.
-    Admin,
-}
-
-impl Scope {
-    /// The configured name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Workflow => "workflow",
-            Self::Operator => "operator",
-            Self::Approver => "approver",
-            Self::Admin => "admin",
-        }
-    }
-
-    /// Parses a configured name.
-    pub fn parse(name: &str) -> Option<Self> {
-        [Self::Workflow, Self::Operator, Self::Approver, Self::Admin]
-            .into_iter()
-            .find(|s| s.as_str() == name)
-    }
-}
-
-/// `[[tokens]]`: one API token, by the SHA-256 digest of its value.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct TokenConfig {
-    /// The person or workflow the token speaks for.
-    pub subject: String,
-    /// `sha256:<64 hex>` of the token (`oncegate token new` prints it).
-    pub digest: String,
-    /// What the token may do.
-    pub scopes: Vec<Scope>,
-    /// Roles, for approval policies.
-    #[serde(default)]
-    pub roles: Vec<String>,
-}
-
 /// Checks every `[[tokens]]` entry: a subject, a digest (never the token
 /// itself) listed once, at least one scope.
 ///
@@ -355,9 +307,16 @@ pub fn validate_tokens(tokens: &[TokenConfig]) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// Whether `value` looks like a stored token digest.
-pub fn is_digest(value: &str) -> bool {
-    value.strip_prefix("sha256:").is_some_and(|hex| {
-        hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-    })
+/// Redacts the password of a database URL for logs and errors.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
 }

@@ -21,8 +21,11 @@ fn defaults_need_no_file() {
 fn pool_and_group_commit_defaults_follow_the_backend() {
     let config = Config::load(None, Vec::new()).unwrap();
     assert_eq!(config.database.pool_size(), SQLITE_DEFAULT_POOL);
-    let group = config.database.group_commit();
-    assert_eq!((group.max_batch, group.max_wait.as_micros()), (64, 0));
+    let db = &config.database;
+    assert_eq!(
+        (db.group_commit_max_batch, db.group_commit_max_wait_us),
+        (64, 0)
+    );
     let pg = load_text("[database]\nurl = \"postgres://h/db\"\n", &[]).unwrap();
     assert_eq!(pg.database.pool_size(), POSTGRES_DEFAULT_POOL);
     let set = load_text(
@@ -31,8 +34,11 @@ fn pool_and_group_commit_defaults_follow_the_backend() {
     )
     .unwrap();
     assert_eq!(set.database.pool_size(), 5);
-    let group = set.database.group_commit();
-    assert_eq!((group.max_batch, group.max_wait.as_micros()), (8, 250));
+    let db = &set.database;
+    assert_eq!(
+        (db.group_commit_max_batch, db.group_commit_max_wait_us),
+        (8, 250)
+    );
 }
 
 #[test]
@@ -120,4 +126,15 @@ fn audit_retention_and_redaction_errors_name_the_field() {
         err.to_string().starts_with("retention.tombstone_days:"),
         "{err}"
     );
+}
+
+#[test]
+fn database_urls_lose_only_their_password() {
+    use super::redact_url;
+    assert_eq!(
+        redact_url("postgres://u:secret@h:5432/db"),
+        "postgres://u:***@h:5432/db"
+    );
+    assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+    assert_eq!(redact_url("sqlite://oncegate.db"), "sqlite://oncegate.db");
 }

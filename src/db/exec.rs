@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 
 use crate::clock::Millis;
 use crate::db::sql::Statements;
-use crate::storage::{Result, StoreError};
+use crate::ledger::storage::{Result, StoreError};
 
 /// One statement parameter, typed so that a NULL keeps its SQL type.
 #[derive(Debug, Clone, PartialEq)]

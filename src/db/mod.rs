@@ -37,6 +37,7 @@ use crate::ledger::{ClaimOutcome, ClaimRequest};
 use crate::metrics::port::GaugeStore;
 use crate::outbox::port::OutboxStore;
 use crate::retention::port::RetentionStore;
+use crate::tokens::port::TokenStore;
 use crate::validate::port::OutputStore;
 
 pub mod availability;
@@ -48,7 +49,7 @@ pub mod sqlite;
 pub mod sqlx_exec;
 pub mod tx;
 
-pub use crate::storage::{Result, StoreError};
+pub use crate::ledger::storage::{Result, StoreError};
 use exec::{Reader, Tx};
 use sql::Statements;
 
@@ -219,6 +220,7 @@ pub trait Store:
     + OutboxStore
     + ApprovalStore
     + SessionStore
+    + TokenStore
     + OutputStore
     + DeadLetterStore
     + JobStore
@@ -237,6 +239,8 @@ impl<T> Store for T where
         + OutboxStore
         + ApprovalStore
         + SessionStore
+        + TokenStore
+        + TokenStore
         + OutputStore
         + DeadLetterStore
         + JobStore
@@ -296,34 +300,5 @@ pub async fn connect_with(
         Ok(Arc::new(postgres::PgStore::connect(url, options).await?))
     } else {
         Err(StoreError::UnsupportedUrl(url.to_owned()))
-    }
-}
-
-/// Redacts the password of a database URL for logs and errors.
-pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            let userinfo = &url[scheme_end + 3..at];
-            match userinfo.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact_url;
-
-    #[test]
-    fn redacts_passwords_only() {
-        assert_eq!(
-            redact_url("postgres://u:secret@h:5432/db"),
-            "postgres://u:***@h:5432/db"
-        );
-        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
-        assert_eq!(redact_url("sqlite://oncegate.db"), "sqlite://oncegate.db");
     }
 }

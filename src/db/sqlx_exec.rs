@@ -16,7 +16,7 @@ use sqlx::{Arguments, Column, PgConnection, PgPool, SqliteConnection, SqlitePool
 use sqlx::{Row as _, ValueRef};
 
 use super::exec::{Arg, Args, Col, Each, Exec, Read, Row};
-use crate::storage::{Result, StoreError};
+use crate::ledger::storage::{Result, StoreError};
 
 fn bind_error(err: sqlx::error::BoxDynError) -> StoreError {
     StoreError::Database(sqlx::Error::Encode(err))

@@ -8,7 +8,7 @@ use super::{
     ActionOutcome, DeadLetter, DeadLetterFilter, ExecutionFailed, ExecutionFailure, JobItem,
     JobItemRef, NewReplayJob, ReplaceCommand, ReplayCommand, ReplayJob, ResolveCommand, RunLink,
 };
-use crate::storage::Result;
+use crate::ledger::storage::Result;
 
 /// Storage calls of dead letters.
 #[async_trait]

@@ -11,11 +11,12 @@ use super::commands::{ActionOutcome, JobItemRef, ReplaceCommand, ReplayCommand};
 use super::port::ReplayStore;
 use super::record::DeadLetter;
 use super::{DeadLetterClass, DeadLetterConfig, Refusal};
+use crate::approval::{GatePolicy, OperationConfig};
 use crate::clock::Millis;
 use crate::ingress::{RawEvent, RawStatus, FORWARD_OPERATION};
+use crate::ledger::storage::StoreError;
 use crate::ledger::{IdempotencyKey, Namespace, RunMetadata};
-use crate::outbox::{default_idempotency_key, Effect, GatePolicy, NewEffect, OperationConfig};
-use crate::storage::StoreError;
+use crate::outbox::{default_idempotency_key, Effect, NewEffect};
 
 /// What a replay needs besides the command.
 #[derive(Debug, Clone)]

@@ -19,7 +19,7 @@ use super::commands::{ActionOutcome, JobItemRef, ReplayCommand};
 use super::jobs::{JobItem, ReplayJob};
 use super::replay::{replay_one, ReplayContext, ReplayError};
 use super::{DeadLetterConfig, Refusal};
-use crate::storage::StoreError;
+use crate::ledger::storage::StoreError;
 
 /// Works bulk replay jobs.
 #[derive(Debug)]

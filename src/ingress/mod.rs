@@ -7,15 +7,14 @@
 //! effect in one transaction before the 2xx, so a workflow that is down
 //! loses nothing.
 
+pub mod accept;
 pub mod event;
 pub mod port;
 pub mod prepared;
-mod receive;
 pub mod signature;
 pub mod source;
 
+pub use accept::{AcceptError, Answer, Delivery, Intake, FORWARD_OPERATION};
 pub use event::{RawEvent, RawStatus};
 pub use prepared::{PreparedSource, Sources};
-pub use receive::FORWARD_OPERATION;
-pub(crate) use receive::{__path_receive, router};
 pub use source::{ConflictPolicy, InFlightPolicy, KeyTemplate, Locator, SchemeName, SourceConfig};

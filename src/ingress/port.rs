@@ -4,9 +4,9 @@
 use async_trait::async_trait;
 
 use super::RawEvent;
+use crate::ledger::storage::Result;
 use crate::ledger::{ClaimOutcome, ClaimRequest, Run};
 use crate::outbox::NewEffect;
-use crate::storage::Result;
 
 /// Storage calls of the webhook ingress.
 #[async_trait]

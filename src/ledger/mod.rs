@@ -13,7 +13,9 @@ pub mod lease;
 pub mod port;
 pub mod reclaim;
 pub mod run;
+pub mod span;
 pub mod state;
+pub mod storage;
 
 pub use ids::{BusinessKey, IdempotencyKey, InvalidId, Namespace, PayloadHash};
 pub use lease::{FencingVersion, Lease, LeaseMs, LeaseOwner};

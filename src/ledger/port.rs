@@ -15,7 +15,7 @@ use super::{
     RunState,
 };
 use crate::clock::Millis;
-use crate::storage::Result;
+use crate::ledger::storage::Result;
 
 /// Storage calls of the ledger.
 #[async_trait]
@@ -23,7 +23,7 @@ pub trait LedgerStore: Send + Sync + std::fmt::Debug {
     /// Claims `(namespace, key)` in one atomic statement (DESIGN.md §2).
     ///
     /// # Errors
-    /// [`StoreError::Database`](crate::storage::StoreError::Database) on
+    /// [`StoreError::Database`](crate::ledger::storage::StoreError::Database) on
     /// database failure; every business answer (duplicate, in flight,
     /// conflict, `duplicate_of`) is an `Ok`.
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome>;
@@ -32,14 +32,14 @@ pub trait LedgerStore: Send + Sync + std::fmt::Debug {
     /// `max_life_ms` after the lease was first taken.
     ///
     /// # Errors
-    /// [`StoreError::LostOwnership`](crate::storage::StoreError::LostOwnership)
+    /// [`StoreError::LostOwnership`](crate::ledger::storage::StoreError::LostOwnership)
     /// when the lease is not live and current.
     async fn renew(&self, call: &OwnerCall, lease_ms: i64, max_life_ms: i64) -> Result<Moved>;
 
     /// Moves the caller's run out of `processing`.
     ///
     /// # Errors
-    /// [`StoreError::LostOwnership`](crate::storage::StoreError::LostOwnership)
+    /// [`StoreError::LostOwnership`](crate::ledger::storage::StoreError::LostOwnership)
     /// when the lease is not live and current.
     async fn finish(&self, call: &OwnerCall, mv: &OwnerMove) -> Result<Moved>;
 

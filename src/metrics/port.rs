@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 
 use crate::clock::Millis;
-use crate::storage::Result;
+use crate::ledger::storage::Result;
 
 /// Unresolved dead letters of one namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +48,12 @@ pub trait GaugeStore: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// On database failure.
     async fn backlog(&self) -> Result<Vec<(String, String, i64)>>;
+
+    /// Every kill-switch scope ever set: `(scope, enabled)`.
+    ///
+    /// # Errors
+    /// On database failure.
+    async fn switch_states(&self) -> Result<Vec<(String, bool)>>;
 
     /// How long people took to decide (approve or reject) the challenges
     /// decided since `since`, in milliseconds, most recent first, at most

@@ -189,10 +189,7 @@ impl Metrics {
             .chain(config.namespaces.iter().cloned())
             .chain(["oncegate".to_owned()]);
         let targets = declared.targets.into_iter().chain(["*".to_owned()]);
-        let operations = declared
-            .operations
-            .into_iter()
-            .chain([crate::ingress::FORWARD_OPERATION.to_owned()]);
+        let operations = declared.operations.into_iter();
         let bounds = Bounds {
             namespaces: LabelBound::new(namespaces, max),
             event_types: LabelBound::new([], max),

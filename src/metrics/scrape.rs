@@ -1,21 +1,20 @@
 //! The gauges read from the database at scrape time.
 //!
 //! Each is one cheap grouped query (see the store's `backlog`,
-//! `action_switches`, `stale_processing` and `open_dead_letters`), so the
+//! `switch_states`, `stale_processing` and `open_dead_letters`), so the
 //! numbers hold across every instance sharing the database and survive a
 //! restart. A query that fails leaves its gauges at their last values and
 //! logs a warning; `/readyz` reports the database itself.
 
 use super::Metrics;
 use crate::metrics::port::GaugeStore;
-use crate::outbox::port::OutboxStore;
 
 impl Metrics {
     /// Refreshes the scrape-time gauges from `store`, then renders every
     /// metric in the Prometheus text format.
-    pub async fn scrape(&self, store: &dyn GaugeStore, outbox: &dyn OutboxStore) -> String {
+    pub async fn scrape(&self, store: &dyn GaugeStore) -> String {
         let _one_at_a_time = self.scrape.lock().await;
-        self.refresh_outbox(store, outbox).await;
+        self.refresh_outbox(store).await;
         self.refresh_stale(store).await;
         self.refresh_dead_letters(store).await;
         self.render()
@@ -23,8 +22,8 @@ impl Metrics {
 
     /// The backlog by target and state, what the kill switch holds, and
     /// which scopes are enabled.
-    async fn refresh_outbox(&self, store: &dyn GaugeStore, outbox: &dyn OutboxStore) {
-        let (Ok(backlog), Ok(switches)) = (store.backlog().await, outbox.action_switches().await)
+    async fn refresh_outbox(&self, store: &dyn GaugeStore) {
+        let (Ok(backlog), Ok(switches)) = (store.backlog().await, store.switch_states().await)
         else {
             tracing::warn!("cannot read the outbox backlog for /metrics");
             return;
@@ -32,7 +31,7 @@ impl Metrics {
         let held = |target: &str| {
             switches
                 .iter()
-                .any(|s| !s.enabled && (s.scope == "*" || s.scope == target))
+                .any(|(scope, enabled)| !enabled && (scope == "*" || scope == target))
         };
         self.effects_outstanding.reset();
         self.effects_held.reset();
@@ -48,11 +47,11 @@ impl Metrics {
         self.actions_enabled.reset();
         // Never set means enabled.
         self.actions_enabled.with_label_values(&["*"]).set(1);
-        for switch in &switches {
-            let scope = self.bounds.targets.label(&switch.scope);
+        for (scope, enabled) in &switches {
+            let scope = self.bounds.targets.label(scope);
             self.actions_enabled
                 .with_label_values(&[scope])
-                .set(i64::from(switch.enabled));
+                .set(i64::from(*enabled));
         }
     }
 

@@ -29,8 +29,8 @@ use super::{
     AttemptRecord, Decision, FailClass, Leased, Recorded, TargetConfig, TargetRoom, Verdict,
 };
 use crate::clock::SharedClock;
+use crate::ledger::storage::StoreError;
 use crate::metrics::Metrics;
-use crate::storage::StoreError;
 
 /// How often the leaser turns expired `sending` leases into `unknown`.
 const EXPIRY_EVERY: Duration = Duration::from_secs(1);

@@ -25,7 +25,6 @@ pub mod killswitch;
 pub mod moves;
 // The dispatch span and counts.
 mod observe;
-pub mod operation;
 pub mod port;
 pub mod sender;
 pub mod target;
@@ -40,7 +39,6 @@ pub use dispatcher::{Dispatcher, StepReport};
 pub use dispatcher_config::DispatcherConfig;
 pub use killswitch::KillSwitch;
 pub use moves::EffectMove;
-pub use operation::{GatePolicy, OperationConfig};
 pub use target::{RetryBudget, TargetConfig, TargetKind};
 
 /// Where an effect is in its life.

@@ -5,8 +5,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::{ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffect, Recorded, TargetRoom};
+use crate::ledger::storage::Result;
 use crate::ledger::{IdempotencyKey, Moved, Namespace, OwnerCall};
-use crate::storage::Result;
 
 /// Storage calls of the outbox and its dispatcher.
 #[async_trait]
@@ -17,7 +17,7 @@ pub trait OutboxStore: Send + Sync + std::fmt::Debug {
     /// the same (run, effect type, target) is not queued twice.
     ///
     /// # Errors
-    /// [`StoreError::LostOwnership`](crate::storage::StoreError::LostOwnership)
+    /// [`StoreError::LostOwnership`](crate::ledger::storage::StoreError::LostOwnership)
     /// when the lease is not live and current.
     async fn commit(
         &self,

@@ -4,8 +4,8 @@
 
 use async_trait::async_trait;
 
+use crate::ledger::storage::Result;
 use crate::retention::{RunMaterial, RunStamp, Selection};
-use crate::storage::Result;
 
 /// Storage calls of retention.
 #[async_trait]

@@ -11,8 +11,8 @@ use crate::audit::checkpoint::Removal;
 use crate::audit::port::AuditStore;
 use crate::audit::{write_checkpoint, CheckpointReason, Redactor};
 use crate::clock::Millis;
+use crate::ledger::storage::StoreError;
 use crate::retention::port::RetentionStore;
-use crate::storage::StoreError;
 
 /// Bodies scrubbed per statement batch.
 const SCRUB_BATCH: i64 = 500;

@@ -8,7 +8,7 @@ use maud::html;
 use super::frame::bare;
 use crate::api::ApiError;
 use crate::approval::pages::respond;
-use crate::storage::StoreError;
+use crate::ledger::storage::StoreError;
 
 /// A console failure.
 #[derive(Debug, thiserror::Error)]

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::outbox::OperationConfig;
+use crate::approval::OperationConfig;
 
 /// Most violations listed for one output (the rest are counted).
 const MAX_LISTED: usize = 50;

@@ -6,8 +6,8 @@ use serde_json::Value;
 
 use super::Violation;
 use crate::clock::Millis;
+use crate::ledger::storage::Result;
 use crate::ledger::{IdempotencyKey, Moved, Namespace, OwnerCall};
-use crate::storage::Result;
 
 /// A model output to record.
 #[derive(Debug, Clone)]
@@ -69,7 +69,7 @@ pub trait OutputStore: Send + Sync + std::fmt::Debug {
     /// transaction.
     ///
     /// # Errors
-    /// [`StoreError::LostOwnership`](crate::storage::StoreError::LostOwnership) when the lease is not live and current.
+    /// [`StoreError::LostOwnership`](crate::ledger::storage::StoreError::LostOwnership) when the lease is not live and current.
     async fn record_output(
         &self,
         call: &OwnerCall,

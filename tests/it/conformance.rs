@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use oncegate::approval::port::StoredToken;
 use oncegate::audit::verify_chain;
 use oncegate::clock::{Clock, ManualClock, SystemClock};
 use oncegate::db::{SharedStore, StoreError};
@@ -11,6 +10,7 @@ use oncegate::ledger::{
     BusinessKey, ClaimOutcome, ClaimRequest, IdempotencyKey, Lease, Namespace, OwnerCall,
     OwnerMove, PayloadHash, RunMetadata, RunState,
 };
+use oncegate::tokens::port::StoredToken;
 use serde_json::json;
 
 use crate::harness::{on_both_backends, Backend, TestDb};

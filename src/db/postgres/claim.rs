@@ -24,10 +24,10 @@ use crate::db::exec::{FromRow, Reader, Row};
 use crate::db::rows::RunRow;
 use crate::db::sql::RUN_COLUMNS;
 use crate::db::tx::ledger::claim_args;
+use crate::ledger::storage::Result;
 use crate::ledger::{
     reclaimable_sql, ClaimOutcome, ClaimRequest, Lease, LeaseOwner, Move, RunState,
 };
-use crate::storage::Result;
 
 /// The statement. Binds: now, namespace, key, business_key, payload_hash,
 /// lease_owner, lease_ms, operation, correlation_id, workflow_version,

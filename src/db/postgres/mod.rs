@@ -17,8 +17,8 @@ use super::exec::{Read, Reader, Tx};
 use super::sql::{Dialect, Statements};
 use super::{Backend, Db, Finish, Job, StoreOptions};
 use crate::clock::{Millis, SharedClock};
+use crate::ledger::storage::{Result, StoreError};
 use crate::ledger::{ClaimOutcome, ClaimRequest};
-use crate::storage::{Result, StoreError};
 
 pub mod claim;
 

@@ -5,7 +5,7 @@ use crate::approval::{
 };
 
 use crate::db::exec::{FromRow, Row};
-use crate::storage::{Result, StoreError};
+use crate::ledger::storage::{Result, StoreError};
 use crate::validate::port::StoredOutput;
 
 fn corrupt(what: impl std::fmt::Display) -> StoreError {

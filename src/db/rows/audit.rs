@@ -3,8 +3,8 @@
 use crate::audit::checkpoint::{Checkpoint, HeadRow};
 use crate::audit::{AuditEntry, AuditRecord, ScanRow, Verification};
 use crate::db::exec::{FromRow, Row};
+use crate::ledger::storage::Result;
 use crate::retention::RunStamp;
-use crate::storage::Result;
 
 /// A head-scan row.
 #[derive(Debug)]

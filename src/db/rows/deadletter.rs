@@ -7,8 +7,8 @@ use crate::db::exec::{FromRow, Row};
 use crate::deadletter::jobs::Progress;
 use crate::deadletter::{DeadLetter, JobItem, ReplayJob, RunLink};
 use crate::ingress::{RawEvent, RawStatus};
+use crate::ledger::storage::{Result, StoreError};
 use crate::ledger::PayloadHash;
-use crate::storage::{Result, StoreError};
 
 fn corrupt(what: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(what.to_string())

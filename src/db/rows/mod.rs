@@ -10,10 +10,10 @@ pub(crate) use approval::{ChallengeRow, OutputRow, SessionRow};
 pub(crate) use audit::{AuditScanRow, CheckpointRow, HeadScanRow, StampRow, VerificationRow};
 pub(crate) use deadletter::{DeadLetterRow, ItemRow, JobRow, LinkRow, RawEventRow};
 
-use crate::approval::port::StoredToken;
 use crate::audit::{AuditEntry, AuditRecord};
 use crate::clock::Millis;
 use crate::db::exec::{FromRow, Row};
+use crate::ledger::storage::{Result, StoreError};
 use crate::ledger::{
     BusinessKey, FencingVersion, IdempotencyKey, Lease, LeaseOwner, Namespace, PayloadHash, Run,
     RunMetadata, RunState,
@@ -22,7 +22,7 @@ use crate::outbox::{
     ActionSwitch, AttemptClass, AttemptRecord, AttemptView, Decision, Effect, EffectRole,
     EffectState, NewEffect, Verdict,
 };
-use crate::storage::{Result, StoreError};
+use crate::tokens::port::StoredToken;
 
 /// A `runs` row plus the statement's notion of "now".
 #[derive(Debug)]

@@ -13,7 +13,7 @@ use std::path::Path;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Connection, SqliteConnection};
 
-use crate::storage::{Result, StoreError};
+use crate::ledger::storage::{Result, StoreError};
 
 /// The documented PostgreSQL procedure (also in docs/runbook.md).
 pub const PG_BACKUP_PROCEDURE: &str = "\

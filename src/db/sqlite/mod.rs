@@ -23,8 +23,8 @@ use super::sqlx_exec::SqliteReadPool;
 use super::tx::ledger::settled_claim;
 use super::{Backend, Db, Finish, Job, StoreOptions};
 use crate::clock::{Millis, SharedClock};
+use crate::ledger::storage::{Result, StoreError};
 use crate::ledger::{ClaimOutcome, ClaimRequest};
-use crate::storage::{Result, StoreError};
 
 pub mod backup;
 pub mod group_commit;

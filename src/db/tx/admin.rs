@@ -5,7 +5,7 @@ use async_trait::async_trait;
 
 use crate::db::exec::Args;
 use crate::db::{Admin, Backend, Db};
-use crate::storage::Result;
+use crate::ledger::storage::Result;
 
 #[async_trait]
 impl<B: Backend> Admin for Db<B> {

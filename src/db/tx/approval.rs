@@ -17,9 +17,9 @@ use crate::db::exec::{Args, Tx};
 use crate::db::rows::{ChallengeRow, RunRow};
 use crate::db::{Backend, Db, Finish};
 use crate::deadletter::{DeadLetterClass, DeadLetterInput};
+use crate::ledger::storage::{Result, StoreError};
 use crate::ledger::{Move, Moved, OwnerCall, Run};
 use crate::outbox::NewEffect;
-use crate::storage::{Result, StoreError};
 
 /// The actor of the expiry sweeper's moves.
 const SWEEPER: &str = "oncegate:approval-sweeper";

@@ -14,8 +14,8 @@ use crate::db::exec::{Args, Tx};
 use crate::db::rows::{AuditRow, AuditScanRow, CheckpointRow, HeadScanRow, VerificationRow};
 use crate::db::sql::audit::AuditStatements;
 use crate::db::{Backend, Db, Finish};
+use crate::ledger::storage::Result;
 use crate::ledger::{IdempotencyKey, Namespace};
-use crate::storage::Result;
 
 /// Heads per upsert statement (5 parameters each).
 const UPSERT_CHUNK: usize = 200;

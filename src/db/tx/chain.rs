@@ -13,8 +13,8 @@ use crate::audit::{AuditEntry, SYSTEM_NAMESPACE};
 use crate::clock::Millis;
 use crate::db::exec::{Args, Tx};
 use crate::db::rows::RunRow;
+use crate::ledger::storage::Result;
 use crate::ledger::{Move, Run, RunState};
-use crate::storage::Result;
 
 /// The parameters of one audit entry, in `INSERT_AUDIT` order.
 fn entry_args<'a>(entry: &'a AuditEntry, prev: Option<&'a str>, hash: &'a str) -> Args<'a> {

@@ -18,8 +18,8 @@ use crate::deadletter::{
     ActionOutcome, DeadLetter, DeadLetterClass, DeadLetterFilter, DeadLetterInput, ExecutionFailed,
     ExecutionFailure, Refusal, ReplaceCommand, ReplayCommand, Resolution, ResolveCommand, RunLink,
 };
+use crate::ledger::storage::{Result, StoreError};
 use crate::ledger::{Move, Run};
-use crate::storage::{Result, StoreError};
 
 /// Records a dead letter for `run` inside the caller's transaction (the
 /// move that stopped the run, or the quarantine of a delivery) and returns

@@ -5,9 +5,11 @@ use async_trait::async_trait;
 
 use crate::clock::Millis;
 use crate::db::exec::Args;
+use crate::db::rows::SwitchRow;
 use crate::db::{Backend, Db};
+use crate::ledger::storage::Result;
 use crate::metrics::port::{GaugeStore, HourCount, OpenDeadLetters};
-use crate::storage::Result;
+use crate::outbox::ActionSwitch;
 
 #[async_trait]
 impl<B: Backend> GaugeStore for Db<B> {
@@ -35,6 +37,16 @@ impl<B: Backend> GaugeStore for Db<B> {
     async fn backlog(&self) -> Result<Vec<(String, String, i64)>> {
         let rd = self.reader();
         rd.all(&rd.st.gauges.backlog, Args::new()).await
+    }
+
+    async fn switch_states(&self) -> Result<Vec<(String, bool)>> {
+        let rd = self.reader();
+        let rows: Vec<SwitchRow> = rd.all(&rd.st.outbox.switches, Args::new()).await?;
+        Ok(rows
+            .into_iter()
+            .map(ActionSwitch::from)
+            .map(|s| (s.scope, s.enabled))
+            .collect())
     }
 
     async fn gate_waits(&self, since: Millis, limit: i64) -> Result<Vec<i64>> {

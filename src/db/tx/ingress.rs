@@ -15,9 +15,9 @@ use crate::db::{Backend, Db, Finish};
 use crate::deadletter::{DeadLetterClass, DeadLetterInput};
 use crate::ingress::port::IngressStore;
 use crate::ingress::RawEvent;
+use crate::ledger::storage::Result;
 use crate::ledger::{ClaimOutcome, ClaimRequest, Run};
 use crate::outbox::NewEffect;
-use crate::storage::Result;
 
 /// Stores a raw delivery; the stored copy is evidence, redacted when rules
 /// apply (the forward effect carries the verbatim bytes to deliver).

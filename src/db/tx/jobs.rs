@@ -9,7 +9,7 @@ use crate::db::rows::{ItemRow, JobRow};
 use crate::db::{Backend, Db, Finish};
 use crate::deadletter::port::JobStore;
 use crate::deadletter::{JobItem, JobItemRef, NewReplayJob, ReplayJob};
-use crate::storage::Result;
+use crate::ledger::storage::Result;
 
 /// Extends the runner's lease inside the item's transaction; `false` when
 /// the job is stopped or another runner holds it.

@@ -12,12 +12,12 @@ use crate::db::rows::RunRow;
 use crate::db::sql::console::search_sql;
 use crate::db::{Backend, Db, Finish};
 use crate::ledger::port::{LedgerStore, RunSearch};
+use crate::ledger::storage::{Result, StoreError};
 use crate::ledger::{
     explain_lost, ClaimOutcome, ClaimRequest, IdempotencyKey, Lease, LeaseOwner, Move, Moved,
     Namespace, OwnerCall, OwnerMove, Run, RunState,
 };
 use crate::outbox::NewEffect;
-use crate::storage::{Result, StoreError};
 
 /// What the claim statement did inside its transaction.
 pub(crate) enum Attempt {

@@ -40,8 +40,10 @@ pub(crate) enum Owned<T> {
 }
 
 /// Serialises a batch or a list into the JSON a statement binds.
-pub(crate) fn to_json<T: serde::Serialize + ?Sized>(value: &T) -> crate::storage::Result<String> {
+pub(crate) fn to_json<T: serde::Serialize + ?Sized>(
+    value: &T,
+) -> crate::ledger::storage::Result<String> {
     serde_json::to_string(value).map_err(|e| {
-        crate::storage::StoreError::Corrupt(format!("a value would not serialize: {e}"))
+        crate::ledger::storage::StoreError::Corrupt(format!("a value would not serialize: {e}"))
     })
 }

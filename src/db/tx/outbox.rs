@@ -18,13 +18,13 @@ use crate::db::rows::{
 };
 use crate::db::{Backend, Db, Finish};
 use crate::deadletter::{DeadLetterClass, DeadLetterInput};
+use crate::ledger::storage::{Result, StoreError};
 use crate::ledger::{IdempotencyKey, Move, Moved, Namespace, OwnerCall, Run};
 use crate::outbox::port::OutboxStore;
 use crate::outbox::{
     ActionSwitch, AttemptRecord, AttemptView, Decision, Effect, EffectRole, FailClass, Leased,
     NewEffect, Recorded, TargetRoom, Verdict,
 };
-use crate::storage::{Result, StoreError};
 
 /// Queues an effect of `run` unless the same (run, effect type, target)
 /// is queued already.

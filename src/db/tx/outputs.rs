@@ -11,8 +11,8 @@ use super::{to_json, Owned};
 use crate::db::exec::{Args, Tx};
 use crate::db::rows::{OutputRow, RunRow};
 use crate::db::{Backend, Db, Finish};
+use crate::ledger::storage::Result;
 use crate::ledger::{IdempotencyKey, Move, Moved, Namespace, OwnerCall};
-use crate::storage::Result;
 use crate::validate::port::{NewOutput, OutputRecorded, OutputStore, StoredOutput};
 
 async fn record_output(

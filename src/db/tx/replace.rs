@@ -14,8 +14,8 @@ use super::outbox::insert_effect;
 use crate::db::exec::{Args, Tx};
 use crate::db::Finish;
 use crate::deadletter::{ActionOutcome, DeadLetter, Refusal, ReplaceCommand, Resolution};
+use crate::ledger::storage::{Result, StoreError};
 use crate::ledger::{ClaimRequest, Move, Namespace, Run, RunState};
-use crate::storage::{Result, StoreError};
 
 /// `replace`: the record closed, the original run finished
 /// (`failed_terminal`, when it was stopped), and a new run under the

@@ -16,8 +16,8 @@ use crate::db::exec::{Args, Tx};
 use crate::db::rows::RunRow;
 use crate::db::{Backend, Db, Finish};
 use crate::deadletter::{ActionOutcome, Refusal, ReplayCommand, Resolution};
+use crate::ledger::storage::Result;
 use crate::ledger::Move;
-use crate::storage::Result;
 
 /// Replays `cmd`; a refused job item is marked refused afterwards, in a
 /// transaction of its own.

@@ -12,9 +12,9 @@ use crate::db::exec::{Args, JsonRow, Tx};
 use crate::db::rows::StampRow;
 use crate::db::sql::retention::{RetentionStatements, RUN_TABLES};
 use crate::db::{Backend, Db};
+use crate::ledger::storage::Result;
 use crate::retention::port::RetentionStore;
 use crate::retention::{RunMaterial, RunStamp, Selection};
-use crate::storage::Result;
 
 /// Slims archived runs to tombstones by compare-and-set on their version,
 /// and records the archive file in the `oncegate / retention` chain.

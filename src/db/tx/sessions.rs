@@ -1,16 +1,17 @@
 //! Browser sessions and the API tokens the service stores itself (only
-//! digests); and the [`SessionStore`] port. Every write goes through the
-//! writer.
+//! digests); the [`SessionStore`] and [`TokenStore`] ports. Every write
+//! goes through the writer.
 
 use async_trait::async_trait;
 
 use super::to_json;
-use crate::approval::port::{SessionStore, StoredToken};
+use crate::approval::port::SessionStore;
 use crate::approval::StoredSession;
 use crate::db::exec::Args;
 use crate::db::rows::{SessionRow, TokenRow};
 use crate::db::{Backend, Db};
-use crate::storage::Result;
+use crate::ledger::storage::Result;
+use crate::tokens::port::{StoredToken, TokenStore};
 
 #[async_trait]
 impl<B: Backend> SessionStore for Db<B> {
@@ -66,7 +67,10 @@ impl<B: Backend> SessionStore for Db<B> {
         })
         .await
     }
+}
 
+#[async_trait]
+impl<B: Backend> TokenStore for Db<B> {
     async fn stored_tokens(&self) -> Result<Vec<StoredToken>> {
         let rd = self.reader();
         let rows: Vec<TokenRow> = rd.all(&rd.st.approval.tokens, Args::new()).await?;

@@ -16,8 +16,11 @@ use base64::Engine;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-use crate::approval::port::StoredToken;
-use crate::config::{Scope, TokenConfig};
+pub mod config;
+pub mod port;
+
+pub use config::{is_digest, Scope, TokenConfig};
+use port::StoredToken;
 
 /// Who is calling: the subject of a verified token.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,11 +2,11 @@
 //!
 //! Each part declares the storage it needs as a small trait of its own
 //! (`ledger::port::LedgerStore`, `outbox::port::OutboxStore`, …); the
-//! backends in [`crate::db`] implement them. The error lives here, below
-//! both, so that no part imports the backends and the backends can name
-//! every part's types.
+//! backends in [`crate::db`] implement them. The error lives here, in the
+//! ledger every part builds on, so that no part imports the backends and
+//! the backends can name every part's types.
 
-use crate::ledger::Run;
+use super::Run;
 
 /// Errors of the storage layer.
 #[derive(Debug, thiserror::Error)]

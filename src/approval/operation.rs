@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use crate::approval::{ApprovalPolicy, ExceptionPolicy, OutputContract};
+use super::{ApprovalPolicy, ExceptionPolicy, OutputContract};
 
 /// How an operation's effects are cleared to act.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -80,7 +80,7 @@ impl OperationConfig {
                 .replace("{namespace}", namespace)
                 .replace("{key}", key)
                 .replace("{effect_type}", effect_type),
-            None => super::default_idempotency_key(namespace, key, effect_type),
+            None => crate::outbox::default_idempotency_key(namespace, key, effect_type),
         }
     }
 

@@ -1,0 +1,88 @@
+//! `POST /hooks/{source}`: reads the delivery's body within its source's
+//! limit, hands it to the intake ([`crate::ingress::Intake::accept`]) and
+//! answers the provider.
+
+use axum::body::{to_bytes, Body};
+use axum::extract::{Path, State};
+use axum::http::header::RETRY_AFTER;
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::json;
+
+use super::error::ApiError;
+use super::telemetry::CorrelationId;
+use crate::ingress::{AcceptError, Answer, Delivery};
+use crate::state::AppState;
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new().route("/hooks/{source}", post(receive))
+}
+
+/// Receives one delivery from a configured source.
+#[utoipa::path(post, path = "/hooks/{source}", tag = "ingress",
+    params(("source" = String, Path, description = "A configured source name")),
+    request_body(content = String, description = "The provider's raw body, signed", content_type = "application/json"),
+    responses(
+        (status = 200, description = "Accepted, duplicate, or quarantined: {\"received\":true,…}"),
+        (status = 400, description = "Unreadable body, or no event id", body = super::Problem),
+        (status = 401, description = "Signature refused; nothing stored", body = super::Problem),
+        (status = 404, description = "Unknown source", body = super::Problem),
+        (status = 409, description = "In flight, and the source asks providers to retry", body = super::Problem),
+        (status = 413, description = "Body over the source's limit; nothing stored", body = super::Problem),
+        (status = 422, description = "Conflicting body, and the source rejects", body = super::Problem),
+        (status = 503, description = "The database is unavailable (down, restarting, read-only, full); nothing was acknowledged, redeliver later", body = super::Problem),
+    ))]
+pub(crate) async fn receive(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    correlation: Option<axum::Extension<CorrelationId>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let intake = app.intake();
+    let limit = intake.body_limit(&name)?;
+    let body = to_bytes(body, limit)
+        .await
+        .map_err(|_| ApiError::TooLarge { limit })?;
+    let delivery = Delivery {
+        headers: &headers,
+        body: &body,
+        correlation_id: correlation.as_ref().map(|axum::Extension(c)| c.0.as_str()),
+    };
+    let answer = match intake.accept(&name, delivery).await {
+        Ok(answer) => answer,
+        Err(AcceptError::InFlight {
+            key,
+            state,
+            retry_after_secs,
+        }) => return Ok(retry_later(&key, state, retry_after_secs)),
+        Err(err) => return Err(err.into()),
+    };
+    let body = match answer {
+        Answer::Handshake(challenge) => json!({ "challenge": challenge }),
+        Answer::Accepted => json!({ "received": true }),
+        Answer::Duplicate => json!({ "received": true, "duplicate": true }),
+        Answer::DuplicateOf { namespace, key } => json!({
+            "received": true,
+            "duplicate": true,
+            "duplicate_of": { "namespace": namespace, "key": key },
+        }),
+        Answer::InFlight => json!({ "received": true, "duplicate": true, "in_flight": true }),
+        Answer::Quarantined => json!({ "received": true, "quarantined": true }),
+    };
+    Ok(Json(body).into_response())
+}
+
+/// 409 with `Retry-After`: the provider redelivers later.
+fn retry_later(key: &str, state: crate::ledger::RunState, secs: i64) -> Response {
+    let mut response = ApiError::InFlight(format!(
+        "event {key} is still being handled ({state}); retry later"
+    ))
+    .into_response();
+    if let Ok(value) = HeaderValue::from_str(&secs.to_string()) {
+        response.headers_mut().insert(RETRY_AFTER, value);
+    }
+    response
+}

@@ -1,0 +1,419 @@
+//! The intake use case: one delivery to a configured source authenticated
+//! on its raw bytes, parsed, and accepted (claim, raw event, forward
+//! effect) in one transaction, or answered as a duplicate, in flight, or
+//! quarantined. `POST /hooks/{source}` ([`crate::api::hooks`]) reads the
+//! body and maps the answer; everything else happens here.
+
+use std::collections::BTreeMap;
+
+use axum::http::header::CONTENT_TYPE;
+use axum::http::HeaderMap;
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use super::event::{RawEvent, RawStatus};
+use super::port::IngressStore;
+use super::prepared::{PreparedSource, Sources};
+use super::source::{ConflictPolicy, InFlightPolicy, Locator, SchemeName};
+use crate::clock::Clock;
+use crate::ledger::span::record_run;
+use crate::ledger::storage::StoreError;
+use crate::ledger::{
+    BusinessKey, ClaimOutcome, ClaimRequest, IdempotencyKey, InvalidId, Namespace, PayloadHash,
+    RunMetadata, RunState,
+};
+use crate::metrics::Metrics;
+use crate::outbox::{default_idempotency_key, EffectRole, EffectSpec, NewEffect};
+
+/// The operation every ingress forward belongs to (the one ungated kind).
+pub const FORWARD_OPERATION: &str = "ingress.forward";
+
+/// Headers kept with a stored delivery (never signatures or credentials).
+const KEPT_HEADERS: &[&str] = &[
+    "content-type",
+    "user-agent",
+    "x-github-event",
+    "x-github-delivery",
+    "x-github-hook-id",
+    "x-shopify-topic",
+    "x-shopify-webhook-id",
+    "x-shopify-shop-domain",
+    "x-slack-request-timestamp",
+    "webhook-id",
+    "webhook-timestamp",
+    "svix-id",
+    "svix-timestamp",
+];
+
+/// What an accepted intake needs: the prepared sources, the storage, the
+/// metrics, the clock, the dispatcher's wake-up, and two ledger settings.
+#[derive(Debug, Clone, Copy)]
+pub struct Intake<'a> {
+    /// The configured sources, prepared at start.
+    pub sources: &'a Sources,
+    /// Where deliveries are accepted.
+    pub store: &'a dyn IngressStore,
+    /// Counters of deliveries, signatures and conflicts.
+    pub metrics: &'a Metrics,
+    /// The injected clock (signature timestamps, receipt times).
+    pub clock: &'a dyn Clock,
+    /// Wakes the dispatcher when a forward is queued.
+    pub wake: &'a Notify,
+    /// The lease an ingress run is claimed with.
+    pub lease_ms: i64,
+    /// How long a provider is asked to wait before redelivering an event
+    /// still in flight.
+    pub in_flight_retry_after_ms: i64,
+}
+
+/// One delivery as it arrived.
+#[derive(Debug, Clone, Copy)]
+pub struct Delivery<'a> {
+    /// Its request headers.
+    pub headers: &'a HeaderMap,
+    /// Its raw body, byte for byte.
+    pub body: &'a [u8],
+    /// The request's correlation id (its forward carries the same).
+    pub correlation_id: Option<&'a str>,
+}
+
+/// What the provider is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// A provider handshake (Slack's `url_verification`): echo this challenge.
+    Handshake(String),
+    /// Stored and claimed; the forward is queued.
+    Accepted,
+    /// The event was handled (or finished) before.
+    Duplicate,
+    /// Another run holds the event's business key.
+    DuplicateOf {
+        /// The holder's namespace.
+        namespace: String,
+        /// The holder's key.
+        key: String,
+    },
+    /// Still being handled, and the source acknowledges duplicates in flight.
+    InFlight,
+    /// The same event id came with another body: stored as evidence, never
+    /// forwarded, dead-lettered.
+    Quarantined,
+}
+
+/// Why a delivery was refused; nothing was stored unless said otherwise.
+#[derive(Debug, thiserror::Error)]
+pub enum AcceptError {
+    /// No source has this name.
+    #[error("no source is configured as {0:?}")]
+    UnknownSource(String),
+    /// The provider's signature did not verify.
+    #[error("signature refused: {0}")]
+    Signature(String),
+    /// The delivery is unreadable or lacks what the source needs.
+    #[error("{problem}")]
+    Invalid {
+        /// The part of the delivery at fault.
+        field: &'static str,
+        /// What is wrong.
+        problem: String,
+    },
+    /// Still being handled, and the source asks providers to retry later.
+    #[error("event {key} is still being handled ({state}); retry later")]
+    InFlight {
+        /// The event's key.
+        key: String,
+        /// Its run's state.
+        state: RunState,
+        /// Seconds the provider should wait.
+        retry_after_secs: i64,
+    },
+    /// The same event id came with another body and the source rejects it.
+    #[error("key {key} in namespace {namespace} was first delivered with a different body")]
+    Conflict {
+        /// The source.
+        namespace: String,
+        /// The event id.
+        key: String,
+        /// The hash the run holds.
+        stored_hash: String,
+        /// The hash that was offered.
+        offered_hash: String,
+    },
+    /// The store failed (or is unavailable); nothing was acknowledged.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<InvalidId> for AcceptError {
+    fn from(e: InvalidId) -> Self {
+        Self::Invalid {
+            field: e.field,
+            problem: e.problem,
+        }
+    }
+}
+
+fn invalid(field: &'static str, problem: impl Into<String>) -> AcceptError {
+    AcceptError::Invalid {
+        field,
+        problem: problem.into(),
+    }
+}
+
+impl<'a> Intake<'a> {
+    /// The body limit of the source named `name`.
+    ///
+    /// # Errors
+    /// [`AcceptError::UnknownSource`].
+    pub fn body_limit(&self, name: &str) -> Result<usize, AcceptError> {
+        Ok(self.source(name)?.config.max_body_bytes)
+    }
+
+    fn source(&self, name: &str) -> Result<&'a PreparedSource, AcceptError> {
+        self.sources
+            .get(name)
+            .ok_or_else(|| AcceptError::UnknownSource(name.to_owned()))
+    }
+
+    /// Authenticates, parses and accepts one delivery to source `name`.
+    ///
+    /// # Errors
+    /// [`AcceptError`]; only a quarantine stores anything on the way to
+    /// an error-free answer.
+    pub async fn accept(&self, name: &str, delivery: Delivery<'_>) -> Result<Answer, AcceptError> {
+        let source = self.source(name)?;
+        let now_ms = self.clock.now_ms();
+        let (headers, body) = (delivery.headers, delivery.body);
+        if let Err(err) = source
+            .verifier
+            .verify(headers, body, now_ms.div_euclid(1000))
+        {
+            self.metrics.signature_failed(name);
+            tracing::warn!(source = %name, reason = %err, "webhook signature refused");
+            return Err(AcceptError::Signature(err.to_string()));
+        }
+        let json = parse_json(source, headers, body)?;
+        if let Some(challenge) = slack_handshake(source, json.as_ref()) {
+            return Ok(Answer::Handshake(challenge));
+        }
+        let (claim, event) = self.event(source, delivery, json.as_ref(), now_ms)?;
+        let forward = forward_effect(source, &event);
+        let outcome = self.store.accept_event(&claim, &event, &forward).await?;
+        if let ClaimOutcome::Claimed { run, .. } = &outcome {
+            // Stored with its forward, not yet acknowledged (chaos tests).
+            crate::chaos::point("after_effect_insert");
+            tracing::Span::current().record("version", run.version.get());
+            self.wake.notify_one();
+        }
+        self.metrics.claim_answered(name, &outcome);
+        self.metrics
+            .ingress_event(name, event.event_type.as_deref(), &outcome);
+        self.answer(source, outcome, event).await
+    }
+
+    /// The claim of the event's ingress run, and the raw event to store.
+    fn event(
+        &self,
+        source: &PreparedSource,
+        delivery: Delivery<'_>,
+        json: Option<&Value>,
+        now_ms: i64,
+    ) -> Result<(ClaimRequest, RawEvent), AcceptError> {
+        let (name, headers) = (&source.config.name, delivery.headers);
+        let event_id = locate(&source.event_id, headers, json).ok_or_else(|| {
+            invalid(
+                "event_id",
+                format!("the delivery has no event id at {:?}", source.event_id),
+            )
+        })?;
+        let key = IdempotencyKey::parse(event_id.clone()).map_err(|e| {
+            invalid(
+                "event_id",
+                format!("the event id is unusable as a key: {e}"),
+            )
+        })?;
+        record_run(name, key.as_str(), None);
+        let business_key = match (&source.business_key, json) {
+            (Some(template), Some(body)) => Some(
+                template
+                    .render(body)
+                    .and_then(|k| BusinessKey::parse(k).map_err(|e| e.to_string()))
+                    .map_err(|e| invalid("business_key", e))?,
+            ),
+            _ => None,
+        };
+        let payload_hash = PayloadHash::of_bytes(delivery.body);
+        let event = RawEvent {
+            id: uuid::Uuid::now_v7().to_string(),
+            source: name.clone(),
+            event_id,
+            event_type: source
+                .event_type
+                .as_ref()
+                .and_then(|l| locate(l, headers, json)),
+            status: RawStatus::Accepted,
+            payload_hash: payload_hash.clone(),
+            content_type: headers
+                .get(CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            headers: kept_headers(headers),
+            body: delivery.body.to_vec(),
+            received_at: now_ms,
+        };
+        let claim = ClaimRequest {
+            namespace: Namespace::parse(name.clone())?,
+            key,
+            business_key,
+            payload_hash,
+            lease_ms: self.lease_ms,
+            metadata: RunMetadata {
+                operation: Some(FORWARD_OPERATION.into()),
+                // The delivery's log lines and its forward's share one id.
+                correlation_id: delivery.correlation_id.map(str::to_owned),
+                ..RunMetadata::default()
+            },
+            claimed_by: format!("ingress:{name}"),
+        };
+        Ok((claim, event))
+    }
+
+    /// Turns the claim's outcome into the provider's answer.
+    async fn answer(
+        &self,
+        source: &PreparedSource,
+        outcome: ClaimOutcome,
+        event: RawEvent,
+    ) -> Result<Answer, AcceptError> {
+        Ok(match outcome {
+            ClaimOutcome::Claimed { .. } => Answer::Accepted,
+            ClaimOutcome::Duplicate(_) | ClaimOutcome::Finished(_) => Answer::Duplicate,
+            ClaimOutcome::DuplicateOf(holder) => Answer::DuplicateOf {
+                namespace: holder.namespace.to_string(),
+                key: holder.key.to_string(),
+            },
+            ClaimOutcome::InFlight(run) => match source.config.in_flight {
+                InFlightPolicy::Ack => Answer::InFlight,
+                InFlightPolicy::Retry => {
+                    return Err(AcceptError::InFlight {
+                        key: run.key.to_string(),
+                        state: run.state,
+                        retry_after_secs: (self.in_flight_retry_after_ms + 999) / 1000,
+                    })
+                }
+            },
+            ClaimOutcome::Conflict(run) => {
+                self.metrics.payload_conflict(&source.config.name);
+                tracing::warn!(source = %source.config.name, "same event id, different body");
+                match source.config.on_conflict {
+                    ConflictPolicy::Reject => {
+                        return Err(AcceptError::Conflict {
+                            namespace: run.namespace.to_string(),
+                            key: run.key.to_string(),
+                            stored_hash: run.payload_hash.to_string(),
+                            offered_hash: event.payload_hash.to_string(),
+                        })
+                    }
+                    ConflictPolicy::Quarantine => {
+                        let event = RawEvent {
+                            status: RawStatus::Quarantined,
+                            ..event
+                        };
+                        self.store.quarantine_event(&event, &run).await?;
+                        Answer::Quarantined
+                    }
+                }
+            }
+        })
+    }
+}
+
+fn parse_json(
+    source: &PreparedSource,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Option<Value>, AcceptError> {
+    if !source.needs_json() {
+        return Ok(None);
+    }
+    let form = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/x-www-form-urlencoded"));
+    if form && source.config.scheme == SchemeName::Slack {
+        // Slack's interactive payloads arrive as a form with one `payload` field.
+        let payload = url::form_urlencoded::parse(body)
+            .find(|(k, _)| k == "payload")
+            .map(|(_, v)| v.into_owned())
+            .ok_or_else(|| invalid("body", "the form has no payload field"))?;
+        return serde_json::from_str(&payload)
+            .map(Some)
+            .map_err(|e| invalid("body", format!("the form's payload is not JSON: {e}")));
+    }
+    serde_json::from_slice(body)
+        .map(Some)
+        .map_err(|e| invalid("body", format!("the body is not JSON: {e}")))
+}
+
+fn slack_handshake(source: &PreparedSource, json: Option<&Value>) -> Option<String> {
+    let body = json?;
+    (source.config.scheme == SchemeName::Slack && body["type"] == "url_verification")
+        .then(|| body["challenge"].as_str().map(str::to_owned))
+        .flatten()
+}
+
+fn locate(locator: &Locator, headers: &HeaderMap, json: Option<&Value>) -> Option<String> {
+    match locator {
+        Locator::Header(name) => headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        Locator::Pointer(pointer) => match json?.pointer(pointer)? {
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        },
+    }
+    .filter(|v| !v.is_empty())
+}
+
+fn kept_headers(headers: &HeaderMap) -> BTreeMap<String, String> {
+    KEPT_HEADERS
+        .iter()
+        .filter_map(|name| {
+            let value = headers.get(*name)?.to_str().ok()?;
+            Some(((*name).to_owned(), value.to_owned()))
+        })
+        .collect()
+}
+
+/// The forward of `event` to its source's workflow: the body byte for
+/// byte, under the key fixed at acceptance.
+fn forward_effect(source: &PreparedSource, event: &RawEvent) -> NewEffect {
+    let mut headers = BTreeMap::new();
+    headers.insert(
+        "content-type".to_owned(),
+        event
+            .content_type
+            .clone()
+            .unwrap_or_else(|| "application/json".into()),
+    );
+    headers.insert("x-oncegate-source".to_owned(), event.source.clone());
+    headers.insert("x-oncegate-event-id".to_owned(), event.event_id.clone());
+    if let Some(kind) = &event.event_type {
+        headers.insert("x-oncegate-event-type".to_owned(), kind.clone());
+    }
+    NewEffect {
+        operation: FORWARD_OPERATION.into(),
+        effect_type: "forward".into(),
+        target: source.config.target.clone(),
+        method: "POST".into(),
+        url: source.forward_url.clone(),
+        headers,
+        body: Some(event.body.clone()),
+        idempotency_key: default_idempotency_key(&event.source, &event.event_id, "forward"),
+        spec: EffectSpec::default(),
+        not_before: None,
+        role: EffectRole::Act,
+    }
+}

@@ -1,0 +1,59 @@
+//! What an API token is configured as: its scopes, and the `[[tokens]]`
+//! entry that names one by digest.
+
+use serde::{Deserialize, Serialize};
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Hash, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// Claim and move runs (a workflow engine).
+    Workflow,
+    /// Read runs, operate dead letters and the kill switch.
+    Operator,
+    /// Decide approval challenges.
+    Approver,
+    /// Everything.
+    Admin,
+}
+
+impl Scope {
+    /// The configured name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Workflow => "workflow",
+            Self::Operator => "operator",
+            Self::Approver => "approver",
+            Self::Admin => "admin",
+        }
+    }
+
+    /// Parses a configured name.
+    pub fn parse(name: &str) -> Option<Self> {
+        [Self::Workflow, Self::Operator, Self::Approver, Self::Admin]
+            .into_iter()
+            .find(|s| s.as_str() == name)
+    }
+}
+
+/// `[[tokens]]`: one API token, by the SHA-256 digest of its value.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    /// The person or workflow the token speaks for.
+    pub subject: String,
+    /// `sha256:<64 hex>` of the token (`oncegate token new` prints it).
+    pub digest: String,
+    /// What the token may do.
+    pub scopes: Vec<Scope>,
+    /// Roles, for approval policies.
+    #[serde(default)]
+    pub roles: Vec<String>,
+}
+
+/// Whether `value` looks like a stored token digest.
+pub fn is_digest(value: &str) -> bool {
+    value.strip_prefix("sha256:").is_some_and(|hex| {
+        hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
+}
