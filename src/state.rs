@@ -47,6 +47,25 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// The ledger's calls over this state.
+    pub fn ledger(&self) -> crate::ledger::service::Ledger<'_> {
+        crate::ledger::service::Ledger {
+            store: self.store.as_ref(),
+            events: self.metrics.as_ref(),
+            clock: self.clock.as_ref(),
+            config: &self.config.ledger,
+        }
+    }
+
+    /// The owner's outbox calls over this state.
+    pub fn outbox(&self) -> crate::outbox::commit::Outbox<'_> {
+        crate::outbox::commit::Outbox {
+            store: self.store.as_ref(),
+            metrics: &self.metrics,
+            wake: &self.wake,
+        }
+    }
+
     /// The intake of webhook deliveries over this state.
     pub fn intake(&self) -> crate::ingress::Intake<'_> {
         crate::ingress::Intake {

@@ -8,6 +8,7 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, Result};
 use super::{auth, ApiJson, Caller};
+use crate::outbox::killswitch::scope_for;
 use crate::outbox::ActionSwitch;
 use crate::state::AppState;
 
@@ -44,30 +45,18 @@ pub(super) async fn set(
             needed: "admin".into(),
         });
     }
-    let scope = match body.target {
-        Some(target) if app.config.target(&target).is_none() => {
-            return Err(ApiError::invalid(
-                "target",
-                format!("no target is named {target:?}"),
-            ))
-        }
-        Some(target) => target,
-        None => "*".into(),
-    };
-    app.store
-        .set_actions(&scope, body.enabled, &caller.subject)
+    let scope = scope_for(body.target.as_deref(), &app.config.targets)
+        .map_err(|problem| ApiError::invalid("target", problem))?;
+    let switches = app
+        .kill_switch
+        .set(&scope, body.enabled, &caller.subject, &app.wake)
         .await?;
-    tracing::warn!(scope = %scope, enabled = body.enabled, actor = %caller.subject, "kill switch changed");
-    app.kill_switch.refresh().await;
-    if body.enabled {
-        app.wake.notify_one();
-    }
-    Ok(Json(app.store.action_switches().await?))
+    Ok(Json(switches))
 }
 
 /// Every kill-switch scope.
 #[utoipa::path(get, path = "/v1/admin/actions", tag = "ops", security(("bearer" = [])),
     responses((status = 200, description = "Every switch ever set")))]
 pub(super) async fn list(State(app): State<AppState>) -> Result<Json<Vec<ActionSwitch>>> {
-    Ok(Json(app.store.action_switches().await?))
+    Ok(Json(app.kill_switch.switches().await?))
 }

@@ -134,7 +134,6 @@ impl ClaimBody {
         if self.correlation_id.is_none() {
             self.correlation_id = correlation.map(|c| c.0);
         }
-        let ledger = &app.config.ledger;
         let payload_hash = match (self.payload, self.payload_hash) {
             (Some(_), Some(_)) => {
                 return Err(ApiError::invalid("payload_hash", "send payload or payload_hash, not both"))
@@ -148,16 +147,7 @@ impl ClaimBody {
                 ))
             }
         };
-        let lease_ms = self.lease_ms.unwrap_or(ledger.default_lease_ms);
-        if !(100..=ledger.max_lease_ms).contains(&lease_ms) {
-            return Err(ApiError::invalid(
-                "lease_ms",
-                format!(
-                    "must be between 100 and {} milliseconds",
-                    ledger.max_lease_ms
-                ),
-            ));
-        }
+        let lease_ms = app.ledger().lease(self.lease_ms)?.get();
         Ok(ClaimRequest {
             namespace: Namespace::parse(self.namespace)?,
             key: IdempotencyKey::parse(self.key)?,
@@ -196,30 +186,15 @@ pub(super) async fn claim(
     let correlation = correlation.map(|axum::Extension(c)| c);
     let req = body.into_request(&caller.subject, &app, correlation)?;
     record_run(req.namespace.as_str(), req.key.as_str(), None);
-    let outcome = app.store.claim(&req).await?;
-    if matches!(outcome, ClaimOutcome::Claimed { .. }) {
-        // Committed, not yet answered (the chaos tests die here).
-        crate::chaos::point("after_claim");
-    }
-    let ns = req.namespace.as_str();
-    app.metrics.claim_answered(ns, &outcome);
-    let now = app.clock.now_ms();
-    let mut retry_after_header = None;
-    let body = match outcome {
+    let claimed = app.ledger().claim(&req).await?;
+    let retry_after_header = claimed.retry_after_secs;
+    let body = match claimed.outcome {
         ClaimOutcome::Claimed {
             run,
             lease,
             reclaimed_from,
         } => {
             tracing::Span::current().record("version", run.version.get());
-            if reclaimed_from == Some(RunState::Processing) {
-                app.metrics.lease_stolen(ns);
-                tracing::warn!(
-                    namespace = ns,
-                    version = run.version.get(),
-                    "lease expired; run reclaimed"
-                );
-            }
             let mut body = ClaimResponse::of(&run, true);
             body.lease = Some(lease.encode());
             body.lease_expires_at = run.lease_expires_at.map(|at| to_datetime(at).to_rfc3339());
@@ -233,14 +208,8 @@ pub(super) async fn claim(
             body
         }
         ClaimOutcome::InFlight(run) => {
-            let wait_ms = match (run.state, run.lease_expires_at) {
-                (RunState::Processing, Some(at)) => (at - now).max(0),
-                _ => app.config.ledger.in_flight_retry_after_ms,
-            };
-            let secs = (wait_ms + 999) / 1000;
-            retry_after_header = Some(secs);
             let mut body = ClaimResponse::of(&run, false);
-            body.retry_after = Some(secs);
+            body.retry_after = retry_after_header;
             // An approved run already holds the result its owner committed:
             // a duplicate can answer with it while the effects go out.
             body.result = run.result.clone();
@@ -261,18 +230,14 @@ pub(super) async fn claim(
             });
             body
         }
+        // Refused as a 422 by the ledger before it reaches here.
         ClaimOutcome::Conflict(run) => {
-            app.metrics.payload_conflict(ns);
-            tracing::warn!(
-                namespace = ns,
-                "payload conflict: same key, different payload hash"
-            );
             return Err(ApiError::PayloadConflict {
                 namespace: run.namespace.to_string(),
                 key: run.key.to_string(),
                 stored_hash: run.payload_hash.to_string(),
                 offered_hash: req.payload_hash.to_string(),
-            });
+            })
         }
     };
     let mut response = Json(body).into_response();

@@ -9,13 +9,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::error::{ApiError, Result};
+use super::error::Result;
 use super::runs::{MoveResponse, OwnerFields, RunRef};
 use super::{auth, ApiJson, Caller};
-use crate::approval::GatePolicy;
+use crate::approval::effects::check_effects;
 use crate::clock::to_datetime;
 use crate::ledger::{IdempotencyKey, Namespace, OwnerCall};
-use crate::outbox::{Effect, EffectSpec, ExternalIdAt, NewEffect, RejectRule};
+use crate::outbox::effect_check::EffectRequest;
+use crate::outbox::{Effect, ExternalIdAt, NewEffect, RejectRule};
 use crate::state::AppState;
 
 pub(super) fn router(state: AppState) -> Router<AppState> {
@@ -87,173 +88,26 @@ pub struct CommitBody {
     pub effects: Vec<EffectBody>,
 }
 
-/// Headers an effect may never carry: credentials, and the ones the
-/// dispatcher sets itself.
-const FORBIDDEN_HEADERS: &[&str] = &[
-    "authorization",
-    "proxy-authorization",
-    "cookie",
-    "x-oncegate-key",
-    "x-oncegate-namespace",
-    "x-oncegate-version",
-    "x-correlation-id",
-    "host",
-    "content-length",
-];
+/// Which endpoint an effect arrives through (gated operations only through
+/// the gate, ungated ones only through the commit).
+pub(super) use crate::approval::effects::Route;
 
-/// Which endpoint an effect arrives through: gated operations only through
-/// the gate, ungated ones only through the commit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Route {
-    /// `POST /v1/runs/commit`.
-    Commit,
-    /// `POST /v1/runs/gate`.
-    Gate,
-}
-
-impl EffectBody {
-    pub(super) fn into_new(
-        self,
-        i: usize,
-        app: &AppState,
-        call: &OwnerCall,
-        route: Route,
-    ) -> Result<NewEffect> {
-        let (namespace, key) = (call.namespace.as_str(), call.key.as_str());
-        let field = |f: &str| format!("effects[{i}].{f}");
-        let op = app.config.operation(&self.operation).ok_or_else(|| {
-            ApiError::invalid(
-                field("operation"),
-                format!(
-                    "operation {:?} is not declared in the config",
-                    self.operation
-                ),
-            )
-        })?;
-        match (route, op.gate()) {
-            (Route::Commit, Some(gate)) if gate != GatePolicy::None => {
-                return Err(ApiError::Gated(format!(
-                    "operation {:?} is gated ({}): send its effects through POST /v1/runs/gate",
-                    op.name,
-                    gate.as_str()
-                )));
-            }
-            (Route::Gate, Some(GatePolicy::None)) => {
-                return Err(ApiError::invalid(
-                    field("operation"),
-                    format!(
-                        "operation {:?} has no gate: commit its effects with POST /v1/runs/commit",
-                        op.name
-                    ),
-                ));
-            }
-            _ => {}
+impl From<EffectBody> for EffectRequest {
+    fn from(b: EffectBody) -> Self {
+        Self {
+            operation: b.operation,
+            effect_type: b.effect_type,
+            target: b.target,
+            method: b.method,
+            path: b.path,
+            url: b.url,
+            headers: b.headers,
+            body: b.body,
+            reject: b.reject,
+            external_id: b.external_id,
+            probe_url: b.probe_url,
+            not_before: b.not_before,
         }
-        let target = app.config.target(&self.target).ok_or_else(|| {
-            ApiError::invalid(
-                field("target"),
-                format!("no target is named {:?}", self.target),
-            )
-        })?;
-        let ok_type = !self.effect_type.is_empty()
-            && self.effect_type.len() <= 64
-            && self
-                .effect_type
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
-        if !ok_type {
-            return Err(ApiError::invalid(
-                field("effect_type"),
-                "must be 1-64 letters, digits, '_', '.' or '-'",
-            ));
-        }
-        let url = match (self.path, self.url) {
-            (Some(path), None) => target
-                .join(&path)
-                .map_err(|e| ApiError::invalid(field("path"), e))?,
-            (None, Some(url)) if target.allows(&url) => url,
-            (None, Some(url)) => {
-                return Err(ApiError::invalid(
-                    field("url"),
-                    format!("{url} is outside target {}", target.name),
-                ))
-            }
-            _ => {
-                return Err(ApiError::invalid(
-                    field("path"),
-                    "give path or url, not both",
-                ))
-            }
-        };
-        let method = self
-            .method
-            .unwrap_or_else(|| "POST".into())
-            .to_ascii_uppercase();
-        if !matches!(method.as_str(), "GET" | "POST" | "PUT" | "PATCH" | "DELETE") {
-            return Err(ApiError::invalid(
-                field("method"),
-                "must be GET, POST, PUT, PATCH or DELETE",
-            ));
-        }
-        let mut headers = BTreeMap::new();
-        for (name, value) in self.headers {
-            let lower = name.to_ascii_lowercase();
-            let secret = target
-                .secret_headers
-                .keys()
-                .any(|s| s.eq_ignore_ascii_case(&lower));
-            if secret
-                || FORBIDDEN_HEADERS.contains(&lower.as_str())
-                || lower == target.idempotency_header.to_ascii_lowercase()
-            {
-                return Err(ApiError::invalid(
-                    field("headers"),
-                    format!("header {name:?} may not be set on an effect: credentials live only in the target's config"),
-                ));
-            }
-            headers.insert(lower, value);
-        }
-        if let Some(probe) = &self.probe_url {
-            let sample = probe
-                .replace("{external_ref}", "x")
-                .replace("{idempotency_key}", "x");
-            if !target.allows(&sample) {
-                return Err(ApiError::invalid(
-                    field("probe_url"),
-                    "must lie inside the target's base URL",
-                ));
-            }
-        }
-        let body = self.body.map(|b| b.to_string().into_bytes());
-        if body.is_some() {
-            headers
-                .entry("content-type".into())
-                .or_insert_with(|| "application/json".into());
-        }
-        let not_before = self
-            .not_before
-            .map(|t| chrono::DateTime::parse_from_rfc3339(&t).map(|d| d.timestamp_millis()))
-            .transpose()
-            .map_err(|e| {
-                ApiError::invalid(field("not_before"), format!("not an RFC 3339 time: {e}"))
-            })?;
-        Ok(NewEffect {
-            idempotency_key: op.key_for(namespace, key, &self.effect_type),
-            operation: self.operation,
-            effect_type: self.effect_type,
-            target: self.target,
-            method,
-            url,
-            headers,
-            body,
-            spec: EffectSpec {
-                reject: self.reject,
-                external_id: self.external_id,
-                probe_url: self.probe_url,
-            },
-            not_before,
-            role: crate::outbox::EffectRole::Act,
-        })
     }
 }
 
@@ -288,46 +142,36 @@ pub(super) async fn commit(
     };
     let call: OwnerCall = fields.into_call(&caller.subject)?;
     let effects = parse_effects(body.effects, &app, &call, Route::Commit)?;
-    let moved = app
-        .store
+    let committed = app
+        .outbox()
         .commit(&call, body.result.as_ref(), &effects)
         .await?;
-    app.metrics.run_moved(&moved.run);
-    if !effects.is_empty() {
-        // Committed with its effects, not yet answered (chaos tests).
-        crate::chaos::point("after_effect_insert");
-        app.wake.notify_one();
-    }
-    let listed = app.store.effects_of(&call.namespace, &call.key).await?;
     Ok(Json(CommitResponse {
-        run: moved.into(),
-        effects: listed.into_iter().map(EffectView::from).collect(),
+        run: committed.moved.into(),
+        effects: committed
+            .effects
+            .into_iter()
+            .map(EffectView::from)
+            .collect(),
     }))
 }
 
-/// Checks and converts a request's effects; an effect type and target may
-/// appear once.
+/// Checks and converts a request's effects for `route`
+/// ([`check_effects`]).
 pub(super) fn parse_effects(
     bodies: Vec<EffectBody>,
     app: &AppState,
     call: &OwnerCall,
     route: Route,
 ) -> Result<Vec<NewEffect>> {
-    let mut effects = Vec::with_capacity(bodies.len());
-    for (i, effect) in bodies.into_iter().enumerate() {
-        let new = effect.into_new(i, app, call, route)?;
-        if effects
-            .iter()
-            .any(|e: &NewEffect| e.effect_type == new.effect_type && e.target == new.target)
-        {
-            return Err(ApiError::invalid(
-                format!("effects[{i}]"),
-                "the same effect_type and target appear twice",
-            ));
-        }
-        effects.push(new);
-    }
-    Ok(effects)
+    let requests = bodies.into_iter().map(EffectRequest::from).collect();
+    Ok(check_effects(
+        requests,
+        &app.config.operations,
+        &app.config.targets,
+        call,
+        route,
+    )?)
 }
 
 /// An effect as the API shows it (never its body or credentials).
@@ -399,15 +243,16 @@ pub(super) async fn list(
 ) -> Result<Json<Vec<EffectView>>> {
     let namespace = Namespace::parse(q.namespace)?;
     let key = IdempotencyKey::parse(q.key)?;
-    let mut views = Vec::new();
-    for effect in app.store.effects_of(&namespace, &key).await? {
-        let history = app.store.attempts(&effect.id).await?;
-        views.push(EffectView {
-            history,
-            ..EffectView::from(effect)
-        });
-    }
-    Ok(Json(views))
+    let effects = app.outbox().effects(&namespace, &key).await?;
+    Ok(Json(
+        effects
+            .into_iter()
+            .map(|(effect, history)| EffectView {
+                history,
+                ..EffectView::from(effect)
+            })
+            .collect(),
+    ))
 }
 
 /// Cancels an effect that is still pending.
@@ -424,14 +269,6 @@ pub(super) async fn cancel(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<EffectView>> {
-    match app.store.cancel_effect(&id, &caller.subject).await? {
-        Some(effect) => Ok(Json(effect.into())),
-        None => match app.store.effect(&id).await? {
-            Some(effect) => Err(ApiError::InFlight(format!(
-                "effect {id} is {} and can no longer be cancelled",
-                effect.state
-            ))),
-            None => Err(ApiError::NotFound(format!("no effect {id}"))),
-        },
-    }
+    let effect = app.outbox().cancel(&id, &caller.subject).await?;
+    Ok(Json(effect.into()))
 }

@@ -90,23 +90,7 @@ pub(super) fn optional_text(
     Ok(Some(value))
 }
 
-/// Keeps an error message safe to store and show: bounded, one line.
-pub(super) fn sanitise_error(error: &str) -> String {
-    const MAX: usize = 2_000;
-    let mut clean: String = error
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    if clean.len() > MAX {
-        let mut cut = MAX;
-        while !clean.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        clean.truncate(cut);
-        clean.push('…');
-    }
-    clean
-}
+pub(super) use crate::ledger::service::sanitise_error;
 
 /// The identity and lease every owner call carries.
 pub(super) struct OwnerFields {
@@ -225,28 +209,15 @@ pub(super) async fn renew(
     caller: Caller,
     ApiJson(body): ApiJson<RenewBody>,
 ) -> Result<Json<MoveResponse>> {
-    let ledger = &app.config.ledger;
-    let lease_ms = body.lease_ms.unwrap_or(ledger.default_lease_ms);
-    if !(100..=ledger.max_lease_ms).contains(&lease_ms) {
-        return Err(ApiError::invalid(
-            "lease_ms",
-            format!(
-                "must be between 100 and {} milliseconds",
-                ledger.max_lease_ms
-            ),
-        ));
-    }
+    let ledger = app.ledger();
+    let lease = ledger.lease(body.lease_ms)?;
     let fields = OwnerFields {
         namespace: body.namespace,
         key: body.key,
         lease: body.lease,
     };
     let call = fields.into_call(&caller.subject)?;
-    let moved = app
-        .store
-        .renew(&call, lease_ms, ledger.max_lease_life_ms)
-        .await?;
-    Ok(Json(moved.into()))
+    Ok(Json(ledger.renew(&call, lease).await?.into()))
 }
 
 /// Completes the run with the result duplicates will receive.
@@ -268,17 +239,10 @@ pub(super) async fn complete(
         lease: body.lease,
     };
     let call = fields.into_call(&caller.subject)?;
-    let moved = app
-        .store
-        .finish(
-            &call,
-            &OwnerMove::Complete {
-                result: body.result,
-            },
-        )
-        .await?;
-    app.metrics.run_moved(&moved.run);
-    Ok(Json(moved.into()))
+    let complete = OwnerMove::Complete {
+        result: body.result,
+    };
+    Ok(Json(app.ledger().finish(&call, &complete).await?.into()))
 }
 
 /// Fails the run, retryably (a later claim may try again) or for good.
@@ -312,9 +276,7 @@ pub(super) async fn fail(
         lease: body.lease,
     };
     let call = fields.into_call(&caller.subject)?;
-    let moved = app.store.finish(&call, &mv).await?;
-    app.metrics.run_moved(&moved.run);
-    Ok(Json(moved.into()))
+    Ok(Json(app.ledger().finish(&call, &mv).await?.into()))
 }
 
 /// A run as the API shows it (never its lease).
@@ -407,7 +369,7 @@ pub(super) async fn get_run(
     query: std::result::Result<Query<RunRef>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<RunView>> {
     let (namespace, key) = RunRef::parse(query)?;
-    let run = app.store.get_run(&namespace, &key).await?.ok_or_else(|| {
+    let run = app.ledger().run(&namespace, &key).await?.ok_or_else(|| {
         ApiError::NotFound(format!("no run with key {key} in namespace {namespace}"))
     })?;
     Ok(Json(run.into()))

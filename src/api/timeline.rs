@@ -12,9 +12,7 @@ use axum::{middleware, Json, Router};
 use super::auth;
 use super::error::{ApiError, Result};
 use super::runs::RunRef;
-use crate::audit::check_one;
-use crate::audit::timeline::{build, Material, Timeline};
-use crate::ledger::{IdempotencyKey, Namespace};
+use crate::audit::timeline::Timeline;
 use crate::state::AppState;
 
 pub(super) fn router(state: AppState) -> Router<AppState> {
@@ -39,7 +37,7 @@ pub(super) async fn timeline(
     query: std::result::Result<Query<RunRef>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Timeline>> {
     let (namespace, key) = RunRef::parse(query)?;
-    load(&app, &namespace, &key)
+    crate::audit::timeline::load(app.store.as_ref(), &namespace, &key)
         .await?
         .map(Json)
         .ok_or_else(|| {
@@ -47,39 +45,4 @@ pub(super) async fn timeline(
                 "no run and no audit event with key {key} in namespace {namespace}"
             ))
         })
-}
-
-/// One key's timeline: the run, its effects with their attempts, its audit
-/// events and the chain's verification. `None` when there is neither a run
-/// nor an audit event under the key. Shared with the console's run page.
-///
-/// # Errors
-/// The store failed.
-pub(crate) async fn load(
-    app: &AppState,
-    namespace: &Namespace,
-    key: &IdempotencyKey,
-) -> Result<Option<Timeline>> {
-    let store = &app.store;
-    let run = store.get_run(namespace, key).await?;
-    let events = store.audit_trail(namespace, key).await?;
-    if run.is_none() && events.is_empty() {
-        return Ok(None);
-    }
-    let mut effects = Vec::new();
-    for effect in store.effects_of(namespace, key).await? {
-        let attempts = store.attempts(&effect.id).await?;
-        effects.push((effect, attempts));
-    }
-    let anchor = store.chain_anchor(namespace.as_str(), key.as_str()).await?;
-    let problem = check_one(namespace.as_str(), key.as_str(), events.clone(), &anchor);
-    Ok(Some(build(Material {
-        namespace: namespace.to_string(),
-        key: key.to_string(),
-        run,
-        head: anchor.run.map(|(seq, head, _)| (seq, head)),
-        effects,
-        events,
-        problem,
-    })))
 }

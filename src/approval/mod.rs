@@ -19,6 +19,7 @@
 use serde_json::{json, Value};
 
 pub mod challenge;
+pub mod effects;
 pub mod operation;
 pub mod pages;
 pub mod policy;

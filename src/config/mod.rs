@@ -24,9 +24,10 @@ use crate::outbox::{DispatcherConfig, TargetConfig};
 
 pub mod sections;
 
+pub use crate::ledger::LedgerConfig;
 pub use crate::tokens::{is_digest, Scope, TokenConfig};
 pub use sections::{
-    redact_url, validate_tokens, DatabaseConfig, LedgerConfig, LogConfig, LogFormat, ServerConfig,
+    redact_url, validate_tokens, DatabaseConfig, LogConfig, LogFormat, ServerConfig,
     POSTGRES_DEFAULT_POOL, SQLITE_DEFAULT_POOL,
 };
 

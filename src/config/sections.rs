@@ -174,66 +174,6 @@ impl DatabaseConfig {
     }
 }
 
-/// `[ledger]`.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct LedgerConfig {
-    /// Lease length when a claim names none, in milliseconds.
-    pub default_lease_ms: i64,
-    /// Longest lease a claim or renewal may ask for, in milliseconds.
-    pub max_lease_ms: i64,
-    /// Longest total life of one owner's lease across renewals, in milliseconds.
-    pub max_lease_life_ms: i64,
-    /// `retry_after` told to duplicates of runs awaiting a human or
-    /// approved, in milliseconds.
-    pub in_flight_retry_after_ms: i64,
-}
-
-impl LedgerConfig {
-    /// Checks that the lease bounds nest: default ≤ longest ≤ longest life.
-    ///
-    /// # Errors
-    /// [`ConfigError::Field`] for the first bad field.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.default_lease_ms < 100 {
-            return Err(ConfigError::field(
-                "ledger.default_lease_ms",
-                "must be at least 100",
-            ));
-        }
-        if self.max_lease_ms < self.default_lease_ms {
-            return Err(ConfigError::field(
-                "ledger.max_lease_ms",
-                "must be at least ledger.default_lease_ms",
-            ));
-        }
-        if self.max_lease_life_ms < self.max_lease_ms {
-            return Err(ConfigError::field(
-                "ledger.max_lease_life_ms",
-                "must be at least ledger.max_lease_ms",
-            ));
-        }
-        if self.in_flight_retry_after_ms < 0 {
-            return Err(ConfigError::field(
-                "ledger.in_flight_retry_after_ms",
-                "must not be negative",
-            ));
-        }
-        Ok(())
-    }
-}
-
-impl Default for LedgerConfig {
-    fn default() -> Self {
-        Self {
-            default_lease_ms: 30_000,
-            max_lease_ms: 15 * 60_000,
-            max_lease_life_ms: 60 * 60_000,
-            in_flight_retry_after_ms: 30_000,
-        }
-    }
-}
-
 /// Log output format.
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]

@@ -8,15 +8,18 @@
 //! claim and the compare-and-set moves themselves are statements of each
 //! [`crate::db`] backend, guarded by the same move table.
 
+pub mod config;
 pub mod ids;
 pub mod lease;
 pub mod port;
 pub mod reclaim;
 pub mod run;
+pub mod service;
 pub mod span;
 pub mod state;
 pub mod storage;
 
+pub use config::LedgerConfig;
 pub use ids::{BusinessKey, IdempotencyKey, InvalidId, Namespace, PayloadHash};
 pub use lease::{FencingVersion, Lease, LeaseMs, LeaseOwner};
 pub use reclaim::{explain_lost, reclaimable, reclaimable_sql};

@@ -209,6 +209,24 @@ impl Metrics {
     }
 }
 
+impl crate::ledger::service::LedgerEvents for Metrics {
+    fn claim_answered(&self, namespace: &str, outcome: &ClaimOutcome) {
+        Metrics::claim_answered(self, namespace, outcome);
+    }
+
+    fn lease_stolen(&self, namespace: &str) {
+        Metrics::lease_stolen(self, namespace);
+    }
+
+    fn payload_conflict(&self, namespace: &str) {
+        Metrics::payload_conflict(self, namespace);
+    }
+
+    fn run_moved(&self, run: &Run) {
+        Metrics::run_moved(self, run);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -41,6 +41,36 @@ impl KillSwitch {
         }
     }
 
+    /// Engages (`enabled` false) or releases the switch for `scope` (`*` or
+    /// a target), audited with `actor`; re-reads it at once and, when
+    /// released, wakes the dispatcher. Every switch after the change.
+    ///
+    /// # Errors
+    /// The store failed: nothing changed.
+    pub async fn set(
+        &self,
+        scope: &str,
+        enabled: bool,
+        actor: &str,
+        wake: &tokio::sync::Notify,
+    ) -> Result<Vec<ActionSwitch>, crate::ledger::storage::StoreError> {
+        self.store.set_actions(scope, enabled, actor).await?;
+        tracing::warn!(scope = %scope, enabled, actor = %actor, "kill switch changed");
+        self.refresh().await;
+        if enabled {
+            wake.notify_one();
+        }
+        self.store.action_switches().await
+    }
+
+    /// The switches as stored now.
+    ///
+    /// # Errors
+    /// The store failed.
+    pub async fn switches(&self) -> Result<Vec<ActionSwitch>, crate::ledger::storage::StoreError> {
+        self.store.action_switches().await
+    }
+
     /// Re-reads the switches now (after a change, or when stale).
     pub async fn refresh(&self) {
         match self.store.action_switches().await {
@@ -84,5 +114,18 @@ impl KillSwitch {
         !switches
             .iter()
             .any(|s| !s.enabled && (s.scope == "*" || s.scope == target))
+    }
+}
+
+/// The switch scope for `target` (`*` when none): a configured target's
+/// name.
+///
+/// # Errors
+/// A message when no target has that name.
+pub fn scope_for(target: Option<&str>, targets: &[super::TargetConfig]) -> Result<String, String> {
+    match target {
+        Some(t) if !targets.iter().any(|c| c.name == t) => Err(format!("no target is named {t:?}")),
+        Some(t) => Ok(t.to_owned()),
+        None => Ok("*".into()),
     }
 }

@@ -18,9 +18,11 @@ use crate::clock::Millis;
 
 pub mod backoff;
 pub mod classify;
+pub mod commit;
 pub mod dispatch_types;
 pub mod dispatcher;
 pub mod dispatcher_config;
+pub mod effect_check;
 pub mod killswitch;
 pub mod moves;
 // The dispatch span and counts.

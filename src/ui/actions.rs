@@ -17,6 +17,7 @@ use super::session::Operator;
 use crate::approval::pages::urlencode;
 use crate::clock::Millis;
 use crate::config::Scope;
+use crate::outbox::killswitch::scope_for;
 use crate::outbox::ActionSwitch;
 use crate::state::AppState;
 
@@ -147,13 +148,9 @@ impl Change {
             "false" => false,
             _ => return Err(UiError::Invalid("enabled must be true or false".into())),
         };
-        if self.scope != "*" && app.config.target(&self.scope).is_none() {
-            return Err(UiError::Invalid(format!(
-                "no target is named {:?}",
-                self.scope
-            )));
-        }
-        Ok((self.scope.clone(), enabled))
+        let target = (self.scope != "*").then_some(self.scope.as_str());
+        let scope = scope_for(target, &app.config.targets).map_err(UiError::Invalid)?;
+        Ok((scope, enabled))
     }
 }
 
@@ -217,14 +214,9 @@ pub async fn change(
         &purpose("actions", &format!("{scope}:{enabled}")),
         change.csrf.as_deref(),
     )?;
-    app.store
-        .set_actions(&scope, enabled, viewer.subject())
+    app.kill_switch
+        .set(&scope, enabled, viewer.subject(), &app.wake)
         .await?;
-    tracing::warn!(scope = %scope, enabled, actor = viewer.subject(), "kill switch changed from the console");
-    app.kill_switch.refresh().await;
-    if enabled {
-        app.wake.notify_one();
-    }
     let done = if enabled { "enabled" } else { "disabled" };
     Ok(viewer.see_other(&format!(
         "/ui/actions?done={done}&scope={}",

@@ -47,6 +47,7 @@ impl UiError {
             Self::Forbidden(_) | Self::BadCsrf => StatusCode::FORBIDDEN,
             Self::Refused(_) => StatusCode::CONFLICT,
             Self::Api(e) => e.status(),
+            Self::Store(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
             Self::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

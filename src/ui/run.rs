@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::error::{Result, UiError};
 use super::frame::{at, badge, json_block, or_dash, source_link, stamp, Nav};
 use super::session::Operator;
-use crate::api::timeline::load;
+use crate::audit::timeline::load;
 use crate::audit::timeline::{EffectLine, Timeline};
 use crate::clock::Millis;
 use crate::ledger::{IdempotencyKey, Namespace, Run};
@@ -39,7 +39,7 @@ pub async fn show(
 ) -> Result<Response> {
     let ns = Namespace::parse(q.namespace).map_err(|e| UiError::Invalid(e.to_string()))?;
     let key = IdempotencyKey::parse(q.key).map_err(|e| UiError::Invalid(e.to_string()))?;
-    let timeline = load(&app, &ns, &key).await?.ok_or_else(|| {
+    let timeline = load(app.store.as_ref(), &ns, &key).await?.ok_or_else(|| {
         UiError::NotFound(format!(
             "oncegate never saw key {key} in namespace {ns}: no run and no audit event (it may \
              have been archived and its tombstone deleted)"
