@@ -314,66 +314,6 @@ impl From<InvalidId> for ApiError {
     }
 }
 
-impl From<crate::ingress::AcceptError> for ApiError {
-    fn from(err: crate::ingress::AcceptError) -> Self {
-        use crate::ingress::AcceptError as E;
-        match err {
-            E::UnknownSource(_) => Self::NotFound(err.to_string()),
-            E::Signature(_) => Self::Unauthenticated(err.to_string()),
-            E::Invalid { field, problem } => Self::invalid(field, problem),
-            E::InFlight { .. } => Self::InFlight(err.to_string()),
-            E::Conflict {
-                namespace,
-                key,
-                stored_hash,
-                offered_hash,
-            } => Self::PayloadConflict {
-                namespace,
-                key,
-                stored_hash,
-                offered_hash,
-            },
-            E::Store(err) => err.into(),
-        }
-    }
-}
-
-impl From<crate::approval::effects::EffectRefused> for ApiError {
-    fn from(err: crate::approval::effects::EffectRefused) -> Self {
-        use crate::approval::effects::EffectRefused as E;
-        match err {
-            E::Invalid(e) => Self::invalid(e.field, e.problem),
-            E::Gated(detail) => Self::Gated(detail),
-        }
-    }
-}
-
-impl From<crate::outbox::commit::CancelError> for ApiError {
-    fn from(err: crate::outbox::commit::CancelError) -> Self {
-        use crate::outbox::commit::CancelError as E;
-        match err {
-            E::NotFound(_) => Self::NotFound(err.to_string()),
-            E::NotPending { .. } => Self::InFlight(err.to_string()),
-            E::Store(err) => err.into(),
-        }
-    }
-}
-
-impl From<crate::ledger::service::LedgerError> for ApiError {
-    fn from(err: crate::ledger::service::LedgerError) -> Self {
-        use crate::ledger::service::LedgerError as E;
-        match err {
-            E::PayloadConflict { run, offered_hash } => Self::PayloadConflict {
-                namespace: run.namespace.to_string(),
-                key: run.key.to_string(),
-                stored_hash: run.payload_hash.to_string(),
-                offered_hash,
-            },
-            E::Store(err) => err.into(),
-        }
-    }
-}
-
 impl From<StoreError> for ApiError {
     fn from(err: StoreError) -> Self {
         match err {

@@ -31,6 +31,7 @@ pub(crate) mod hooks;
 // The benchmark floor (POST /v1/noop).
 mod noop;
 pub mod openapi;
+mod part_errors;
 pub mod runs;
 // The request span and the duration histogram.
 pub mod telemetry;

@@ -8,6 +8,7 @@
 //! loses nothing.
 
 pub mod accept;
+mod delivery;
 pub mod event;
 pub mod port;
 pub mod prepared;
