@@ -233,25 +233,7 @@ pub trait Store:
 {
 }
 
-impl<T> Store for T where
-    T: LedgerStore
-        + IngressStore
-        + OutboxStore
-        + ApprovalStore
-        + SessionStore
-        + TokenStore
-        + TokenStore
-        + OutputStore
-        + DeadLetterStore
-        + JobStore
-        + AuditStore
-        + RetentionStore
-        + GaugeStore
-        + Admin
-        + fmt::Debug
-        + 'static
-{
-}
+impl<B: Backend> Store for Db<B> {}
 
 /// A shared store handle.
 pub type SharedStore = Arc<dyn Store>;
