@@ -3,7 +3,8 @@
 //! a pre-filled outbox), and how long an effect waits between its commit
 //! and its arrival at the target (latency, at a steady commit rate). Audit
 //! writes stay on. Each backend gets a fresh database that is dropped
-//! afterwards.
+//! afterwards. The floor, in the same run: a bare HTTP client posting the
+//! same bodies to the same target at the same concurrency, no database.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -56,8 +57,10 @@ type Arrivals = Arc<Mutex<HashMap<String, i64>>>;
 
 /// Runs the dispatch benchmark on each backend and prints its table.
 pub async fn run(args: DispatchArgs) -> Result<()> {
-    println!("| backend | effects | throughput (effects/s) | commit→send p50 | p99 | max |");
-    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
+    println!(
+        "| backend | effects | floor (posts/s) | throughput (effects/s) | × floor | commit→send p50 | p99 | max |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for backend in &args.backends {
         let row = dispatch_bench(backend, &args).await?;
         println!("{row}");
@@ -86,6 +89,41 @@ async fn start_target(arrivals: Arrivals) -> Result<String> {
     );
     tokio::spawn(async move { axum::serve(listener, app).await });
     Ok(base)
+}
+
+/// The floor: `n` posts of an effect's body to `url` from a bare HTTP
+/// client, `concurrency` at a time; posts per second.
+async fn floor(url: &str, n: usize, concurrency: usize) -> Result<f64> {
+    let client = reqwest::Client::new();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let started = Instant::now();
+    let posters: Vec<_> = (0..concurrency.max(1))
+        .map(|_| {
+            let (client, next, url) = (client.clone(), next.clone(), url.to_owned());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= n {
+                        return Ok::<_, anyhow::Error>(());
+                    }
+                    client
+                        .post(&url)
+                        .header("idempotency-key", format!("floor{i}"))
+                        .header("content-type", "application/json")
+                        .body(&b"{\"hello\":\"world\"}"[..])
+                        .send()
+                        .await?
+                        .error_for_status()?
+                        .bytes()
+                        .await?;
+                }
+            })
+        })
+        .collect();
+    for poster in posters {
+        poster.await??;
+    }
+    Ok(n as f64 / started.elapsed().as_secs_f64())
 }
 
 async fn queue(store: &SharedStore, key: &str, url: &str) -> Result<()> {
@@ -132,6 +170,8 @@ async fn dispatch_bench(backend: &str, args: &DispatchArgs) -> Result<String> {
     let arrivals: Arrivals = Arc::default();
     let base = start_target(arrivals.clone()).await?;
     let url = format!("{base}/send");
+    let floor = floor(&url, effects, concurrency).await?;
+    arrivals.lock().unwrap().clear();
     let config: Config = toml::from_str(&format!(
         "[[targets]]\nname = \"local\"\nbase_url = \"{base}\"\nconcurrency = {concurrency}\n\
          [dispatcher]\nbatch_size = 256\nidle_poll_ms = 250\nmax_in_flight = {max_in_flight}\n"
@@ -203,7 +243,8 @@ async fn dispatch_bench(backend: &str, args: &DispatchArgs) -> Result<String> {
     store.close().await;
     db.drop_now().await?;
     Ok(format!(
-        "| {backend} | {effects} | {throughput:.0} | {} ms | {} ms | {} ms |",
+        "| {backend} | {effects} | {floor:.0} | {throughput:.0} | {:.2} | {} ms | {} ms | {} ms |",
+        throughput / floor,
         pct(0.50),
         pct(0.99),
         waits.last().copied().unwrap_or(0)

@@ -19,6 +19,29 @@ VALUES ('pgbench', 'evt_' || :r, 'processing', \
 '0123456789abcdef', 1900000000000, 1800000000000, 1, 1, 'corr', 'pgbench', 1, \
 1800000000000, 1800000000000) ON CONFLICT (namespace, run_key) DO NOTHING RETURNING run_key;\n";
 
+/// Waits until PostgreSQL has room for `clients` more connections (other
+/// processes on the machine share its `max_connections`).
+pub async fn wait_for_slots(pg_url: &str, clients: usize) -> Result<()> {
+    use sqlx::Connection;
+    const FREE: &str = "SELECT (current_setting('max_connections')::int \
+        - current_setting('superuser_reserved_connections')::int \
+        - (SELECT count(*)::int FROM pg_stat_activity WHERE backend_type = 'client backend'))::bigint";
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut admin = sqlx::PgConnection::connect(pg_url).await?;
+        let free: i64 = sqlx::query_scalar(FREE).fetch_one(&mut admin).await?;
+        admin.close().await?;
+        // This check's own connection is gone again; keep a few spare.
+        if free >= clients as i64 + 4 {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("PostgreSQL has {free} free connections, pgbench needs {clients}: raise max_connections or stop what holds them");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// Whether `pgbench` can be run.
 pub fn available(bin: &Path) -> bool {
     Command::new(bin)

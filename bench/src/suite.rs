@@ -59,6 +59,10 @@ pub struct SuiteArgs {
     /// A few seconds of everything, asserting correctness only (for CI).
     #[arg(long)]
     pub smoke: bool,
+    /// Only these load phases (`noop`, `new`, `dup`, `hook`), no storm,
+    /// no growth, no pgbench: one path at a time, e.g. under a profiler.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
 }
 
 impl SuiteArgs {
@@ -120,12 +124,26 @@ impl Findings {
             report.ms(0.5),
             report.ms(0.99)
         );
-        self.lines.push(Line {
-            backend,
-            workload: workload.to_owned(),
-            conns,
-            report,
-        });
+        // After the other lines of its backend and connection count, so
+        // the table reads the same whichever order the phases ran in.
+        let grouped = |l: &Line| !l.workload.starts_with("claim @");
+        let at = match workload.starts_with("claim @") {
+            true => None,
+            false => self
+                .lines
+                .iter()
+                .rposition(|l| l.backend == backend && l.conns == conns && grouped(l)),
+        }
+        .map_or(self.lines.len(), |i| i + 1);
+        self.lines.insert(
+            at,
+            Line {
+                backend,
+                workload: workload.to_owned(),
+                conns,
+                report,
+            },
+        );
     }
 }
 
@@ -151,7 +169,9 @@ pub async fn run(mut args: SuiteArgs) -> Result<()> {
     for backend in args.backends.clone() {
         eprintln!("{backend}:");
         throughput_phases(&args, &bin, &backend, &mut found).await?;
-        growth_phases(&args, &bin, &backend, &mut found).await?;
+        if args.only.is_empty() {
+            growth_phases(&args, &bin, &backend, &mut found).await?;
+        }
     }
     println!("{}", render(&args, &found));
     if args.smoke {
@@ -185,41 +205,46 @@ async fn throughput_phases(
     })?;
     let addr = server.addr;
     let (warmup, window) = (args.warmup(), args.window());
+    let runs = |phase: &str| args.only.is_empty() || args.only.iter().any(|p| p == phase);
     for &c in &args.connections {
-        let noop = load::run(addr, Arc::new(Noop), c, warmup, window).await?;
-        found.push(name, "noop (floor)", c, noop);
+        if runs("noop") {
+            let noop = load::run(addr, Arc::new(Noop), c, warmup, window).await?;
+            found.push(name, "noop (floor)", c, noop);
+        }
         let tag = format!("n{c}");
-        let fresh: Arc<dyn Workload> = Arc::new(NewClaims { tag: tag.clone() });
-        let new = load::run(addr, fresh, c, warmup, window).await?;
-        let sent = new.sent.clone();
-        found.push(name, "claim new key", c, new);
-        let dup = Arc::new(DupClaims { tag, sent });
-        found.push(
-            name,
-            "claim duplicate",
-            c,
-            load::run(addr, dup, c, warmup, window).await?,
-        );
-        let hooks = Arc::new(Hooks {
-            tag: format!("h{c}"),
-        });
-        found.push(
-            name,
-            "signed webhook",
-            c,
-            load::run(addr, hooks, c, warmup, window).await?,
-        );
-        if let Some(db_name) = db.pg_name() {
-            if pgbench::available(&args.pgbench) {
-                let raw = pgbench::run(&args.pgbench, &args.pg_url, db_name, c, warmup, window)?;
-                found.push(name, "raw pgbench", c, raw);
-            } else {
-                eprintln!(
-                    "  {} not found: no raw pgbench comparison",
-                    args.pgbench.display()
+        if runs("new") || runs("dup") {
+            let fresh: Arc<dyn Workload> = Arc::new(NewClaims { tag: tag.clone() });
+            let new = load::run(addr, fresh, c, warmup, window).await?;
+            let sent = new.sent.clone();
+            found.push(name, "claim new key", c, new);
+            if runs("dup") {
+                let dup = Arc::new(DupClaims { tag, sent });
+                found.push(
+                    name,
+                    "claim duplicate",
+                    c,
+                    load::run(addr, dup, c, warmup, window).await?,
                 );
             }
         }
+        if runs("hook") {
+            let hooks = Arc::new(Hooks {
+                tag: format!("h{c}"),
+            });
+            found.push(
+                name,
+                "signed webhook",
+                c,
+                load::run(addr, hooks, c, warmup, window).await?,
+            );
+        }
+    }
+    if !args.only.is_empty() {
+        found
+            .rss
+            .push((format!("{name}, load phases"), server.peak_rss_kib()?));
+        server.stop()?;
+        return db.drop_now().await;
     }
     let before = server.peak_rss_kib()?;
     found.rss.push((format!("{name}, load phases"), before));
@@ -230,6 +255,22 @@ async fn throughput_phases(
         after,
     ));
     server.stop()?;
+    // pgbench runs once the server and its pool are gone: its clients and
+    // a full pool together could pass PostgreSQL's `max_connections`.
+    if let Some(db_name) = db.pg_name() {
+        if pgbench::available(&args.pgbench) {
+            for &c in &args.connections {
+                pgbench::wait_for_slots(&args.pg_url, c).await?;
+                let raw = pgbench::run(&args.pgbench, &args.pg_url, db_name, c, warmup, window)?;
+                found.push(name, "raw pgbench", c, raw);
+            }
+        } else {
+            eprintln!(
+                "  {} not found: no raw pgbench comparison",
+                args.pgbench.display()
+            );
+        }
+    }
     db.drop_now().await
 }
 

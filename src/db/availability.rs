@@ -26,6 +26,12 @@ impl StoreError {
     pub fn is_unavailable(&self) -> bool {
         match self {
             Self::Database(err) => sqlx_unavailable(err),
+            Self::Sqlite(err) => err
+                .sqlite_error()
+                .is_some_and(|e| sqlite_unavailable(i64::from(e.extended_code & 0xff))),
+            // A commit that failed (the disk, the lock) or a writer that
+            // stopped: nothing was stored, and later may succeed.
+            Self::BatchFailed(_) | Self::WriterClosed => true,
             _ => false,
         }
     }
@@ -119,5 +125,24 @@ mod tests {
         // A panicked worker is a bug, not an outage: it stays a 500.
         assert!(!StoreError::Database(sqlx::Error::WorkerCrashed).is_unavailable());
         assert!(!StoreError::Corrupt("x".into()).is_unavailable());
+    }
+
+    #[test]
+    fn the_writers_refusals_are_unavailable_and_constraints_are_not() {
+        let failure = |code: i32| {
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(code),
+                None,
+            ))
+        };
+        // SQLITE_READONLY, SQLITE_FULL, SQLITE_BUSY, SQLITE_IOERR_FSYNC.
+        for code in [8, 13, 5, 1034] {
+            assert!(failure(code).is_unavailable(), "{code}");
+        }
+        // SQLITE_CONSTRAINT_UNIQUE is the caller's problem.
+        assert!(!failure(2067).is_unavailable());
+        assert!(failure(2067).is_unique_violation());
+        assert!(StoreError::WriterClosed.is_unavailable());
+        assert!(!StoreError::WritePanicked.is_unavailable());
     }
 }

@@ -32,10 +32,12 @@ use crate::audit::port::AuditStore;
 use crate::clock::{Millis, SharedClock};
 use crate::deadletter::port::{DeadLetterStore, JobStore, ReplayStore};
 use crate::ingress::port::IngressStore;
+use crate::ingress::RawEvent;
 use crate::ledger::port::LedgerStore;
 use crate::ledger::{ClaimOutcome, ClaimRequest};
 use crate::metrics::port::GaugeStore;
 use crate::outbox::port::OutboxStore;
+use crate::outbox::NewEffect;
 use crate::retention::port::RetentionStore;
 use crate::tokens::port::TokenStore;
 use crate::validate::port::OutputStore;
@@ -100,10 +102,14 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     ) -> impl Future<Output = Result<Option<ClaimOutcome>>> + Send;
 
     /// An ingress accept's first try: an answer read without a write when
-    /// the key is settled (SQLite), `None` otherwise.
+    /// the key is settled (SQLite), or the whole accept of a new event id
+    /// batched with its neighbours (PostgreSQL); `None`: nothing was
+    /// written, and the general accept decides.
     fn accept_first(
         &self,
         req: &ClaimRequest,
+        event: &RawEvent,
+        forward: &NewEffect,
     ) -> impl Future<Output = Result<Option<ClaimOutcome>>> + Send;
 
     /// Applies pending migrations.

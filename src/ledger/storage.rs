@@ -14,6 +14,21 @@ pub enum StoreError {
     /// The database refused or failed a statement.
     #[error("database error")]
     Database(#[from] sqlx::Error),
+    /// SQLite's writer (its own connection, through SQLite's C API)
+    /// refused or failed a statement.
+    #[error("database error")]
+    Sqlite(#[from] rusqlite::Error),
+    /// The group commit that carried this write failed: nothing in its
+    /// batch was stored.
+    #[error("the group commit failed; nothing in its batch was stored")]
+    BatchFailed(#[source] std::sync::Arc<rusqlite::Error>),
+    /// SQLite's writer has stopped (the store is closing).
+    #[error("the SQLite writer has stopped")]
+    WriterClosed,
+    /// A write transaction panicked on SQLite's writer; it was rolled back
+    /// alone.
+    #[error("a write transaction panicked and was rolled back")]
+    WritePanicked,
     /// A migration could not be applied.
     #[error("database migration failed")]
     Migrate(#[from] sqlx::migrate::MigrateError),
@@ -52,6 +67,13 @@ impl StoreError {
 impl StoreError {
     /// Whether the database refused the statement for a unique constraint.
     pub fn is_unique_violation(&self) -> bool {
-        matches!(self, Self::Database(sqlx::Error::Database(db)) if db.is_unique_violation())
+        match self {
+            Self::Database(sqlx::Error::Database(db)) => db.is_unique_violation(),
+            // SQLITE_CONSTRAINT_UNIQUE and _PRIMARYKEY, as sqlx reads them.
+            Self::Sqlite(err) => err
+                .sqlite_error()
+                .is_some_and(|e| matches!(e.extended_code, 2067 | 1555)),
+            _ => false,
+        }
     }
 }

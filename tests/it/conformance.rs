@@ -404,10 +404,16 @@ async fn sqlite_sets_wal_and_full_sync_on_every_pooled_connection() {
     let store = oncegate::db::sqlite::SqliteStore::connect(&db.url, options)
         .await
         .unwrap();
-    // The group-commit writer's connection, lent for one turn.
-    let mut turn = store.writer().begin().await.unwrap();
-    assert_durable_settings(&mut turn).await;
-    turn.commit().await.unwrap();
+    // The group-commit writer's own connection (rusqlite, on its thread).
+    let writer = store.writer();
+    let wal = "SELECT journal_mode = 'wal' FROM pragma_journal_mode";
+    assert_eq!(writer.between_batches(wal).await.unwrap(), Some(1));
+    let sync = writer.between_batches("PRAGMA synchronous").await.unwrap();
+    assert_eq!(sync, Some(2), "synchronous=FULL");
+    let fk = writer.between_batches("PRAGMA foreign_keys").await.unwrap();
+    assert_eq!(fk, Some(1));
+    let busy = writer.between_batches("PRAGMA busy_timeout").await.unwrap();
+    assert_eq!(busy, Some(5_000));
     let mut held = Vec::new();
     // Hold every reader at once so each one is a distinct connection.
     for _ in 0..4 {

@@ -1,11 +1,22 @@
-//! SQLite's group-commit executor on its own: batching, one failing job
-//! rolled back alone, answers only after the batch's commit, shutdown.
+//! SQLite's group-commit writer on its own: batching, one failing (or
+//! panicking) job rolled back alone, answers only after the batch's
+//! commit, statements between batches, shutdown.
+//!
+//! Jobs run on the writer's thread, one after another; a job that blocks
+//! there (on a channel the test holds) keeps its batch open, so the jobs
+//! queued meanwhile all join that batch.
 
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use oncegate::db::sqlite::group_commit::{GroupCommit, GroupCommitOptions, GroupCommitStats};
+use oncegate::clock::SystemClock;
+use oncegate::db::exec::Args;
+use oncegate::db::sql::{Dialect, Statements};
+use oncegate::db::sqlite::group_commit::{
+    GroupCommit, GroupCommitOptions, GroupCommitStats, WriterSettings,
+};
+use oncegate::db::{Finish, Job, StoreError};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sqlx::Connection;
 
@@ -17,7 +28,8 @@ struct Fixture {
 
 async fn fixture(max_batch: usize) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("gc.db").display());
+    let path = dir.path().join("gc.db");
+    let url = format!("sqlite://{}", path.display());
     let options = SqliteConnectOptions::from_str(&url)
         .unwrap()
         .create_if_missing(true)
@@ -39,7 +51,13 @@ async fn fixture(max_batch: usize) -> Fixture {
         max_batch,
         max_wait: Duration::ZERO,
     };
-    let gc = Arc::new(GroupCommit::start(&options, group).await.unwrap());
+    let settings = WriterSettings {
+        path,
+        busy_timeout: Duration::from_millis(5_000),
+        statements: Arc::new(Statements::new(Dialect::Sqlite)),
+        clock: Arc::new(SystemClock),
+    };
+    let gc = Arc::new(GroupCommit::start(settings, group).await.unwrap());
     Fixture { gc, url, _dir: dir }
 }
 
@@ -56,28 +74,66 @@ impl Fixture {
     }
 }
 
-/// One job: inserts each value in turn and commits; stops at the first
-/// failing insert and drops its turn (which rolls the job back).
-async fn job(gc: Arc<GroupCommit>, values: Vec<i64>) -> Result<(), sqlx::Error> {
-    let mut turn = gc.begin().await?;
-    for x in values {
-        sqlx::query("INSERT INTO t VALUES ($1)")
-            .bind(x)
-            .execute(&mut *turn)
-            .await?;
-    }
-    turn.commit().await
+/// A job that inserts each value in turn and commits; the first failing
+/// insert ends it with that error (which rolls the job back).
+fn inserts(values: Vec<i64>) -> Job<()> {
+    Box::new(move |tx| {
+        Box::pin(async move {
+            for x in values {
+                tx.execute("INSERT INTO t VALUES ($1)", Args::new().bind(x))
+                    .await?;
+            }
+            Ok(Finish::Commit(()))
+        })
+    })
 }
 
-/// Queues jobs behind a turn that is held, so they are all waiting when it
-/// ends: each is polled once (which sends its request) before it is spawned.
+/// A job that inserts `values`, says it is running, then holds the writer
+/// (and so its batch) until `go` is sent.
+fn holding(values: Vec<i64>) -> (Job<()>, mpsc::Receiver<()>, mpsc::Sender<()>) {
+    let (running_tx, running) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel::<()>();
+    let job: Job<()> = Box::new(move |tx| {
+        Box::pin(async move {
+            for x in values {
+                tx.execute("INSERT INTO t VALUES ($1)", Args::new().bind(x))
+                    .await?;
+            }
+            running_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            Ok(Finish::Commit(()))
+        })
+    });
+    (job, running, go)
+}
+
+/// Starts a job that holds the writer and waits until it runs.
+async fn hold(
+    f: &Fixture,
+    values: Vec<i64>,
+) -> (
+    tokio::task::JoinHandle<Result<(), StoreError>>,
+    mpsc::Sender<()>,
+) {
+    let (job, running, go) = holding(values);
+    let gc = f.gc.clone();
+    let handle = tokio::spawn(async move { gc.write(job).await });
+    tokio::task::spawn_blocking(move || running.recv().unwrap())
+        .await
+        .unwrap();
+    (handle, go)
+}
+
+/// Queues jobs behind the one holding the writer, in order: each is
+/// polled once (which queues it) before it is spawned.
 async fn queue_jobs(
     gc: &Arc<GroupCommit>,
-    jobs: Vec<Vec<i64>>,
-) -> Vec<tokio::task::JoinHandle<Result<(), sqlx::Error>>> {
+    jobs: Vec<Job<()>>,
+) -> Vec<tokio::task::JoinHandle<Result<(), StoreError>>> {
     let mut handles = Vec::new();
-    for values in jobs {
-        let mut fut = Box::pin(job(gc.clone(), values));
+    for job in jobs {
+        let gc = gc.clone();
+        let mut fut = Box::pin(async move { gc.write(job).await });
         assert!(futures_util::poll!(&mut fut).is_pending());
         handles.push(tokio::spawn(fut));
     }
@@ -87,20 +143,18 @@ async fn queue_jobs(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_job_is_rolled_back_alone_and_its_batch_commits_once() {
     let f = fixture(64).await;
-    let mut first = f.gc.begin().await.unwrap();
-    sqlx::query("INSERT INTO t VALUES (100)")
-        .execute(&mut *first)
-        .await
-        .unwrap();
+    let (first, go) = hold(&f, vec![100]).await;
     // Job 5 writes 55, then collides with the existing row 0.
     let jobs = (1..=10)
-        .map(|i| if i == 5 { vec![55, 0] } else { vec![i] })
+        .map(|i| inserts(if i == 5 { vec![55, 0] } else { vec![i] }))
         .collect();
     let handles = queue_jobs(&f.gc, jobs).await;
-    first.commit().await.unwrap();
+    go.send(()).unwrap();
+    first.await.unwrap().unwrap();
     let mut failed = Vec::new();
     for (i, handle) in handles.into_iter().enumerate() {
-        if handle.await.unwrap().is_err() {
+        if let Err(err) = handle.await.unwrap() {
+            assert!(err.is_unique_violation(), "job {}: {err:?}", i + 1);
             failed.push(i + 1);
         }
     }
@@ -116,11 +170,36 @@ async fn a_failing_job_is_rolled_back_alone_and_its_batch_commits_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_job_is_rolled_back_alone() {
+    let f = fixture(64).await;
+    let (first, go) = hold(&f, vec![100]).await;
+    let panics: Job<()> = Box::new(|tx| {
+        Box::pin(async move {
+            tx.execute("INSERT INTO t VALUES (7)", Args::new()).await?;
+            panic!("a bug in a write transaction");
+        })
+    });
+    let handles = queue_jobs(&f.gc, vec![inserts(vec![1]), panics, inserts(vec![2])]).await;
+    go.send(()).unwrap();
+    first.await.unwrap().unwrap();
+    let results: Vec<_> = futures_util::future::join_all(handles)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert!(results[0].is_ok() && results[2].is_ok());
+    assert!(matches!(results[1], Err(StoreError::WritePanicked)));
+    assert_eq!(f.rows().await, vec![0, 1, 2, 100]);
+    assert_eq!(f.gc.stats().batches, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batches_hold_at_most_max_batch_jobs() {
     let f = fixture(4).await;
-    let first = f.gc.begin().await.unwrap();
-    let handles = queue_jobs(&f.gc, (1..=10).map(|i| vec![i]).collect()).await;
-    first.commit().await.unwrap();
+    let (first, go) = hold(&f, vec![]).await;
+    let handles = queue_jobs(&f.gc, (1..=10).map(|i| inserts(vec![i])).collect()).await;
+    go.send(()).unwrap();
+    first.await.unwrap().unwrap();
     for handle in handles {
         handle.await.unwrap().unwrap();
     }
@@ -138,68 +217,63 @@ async fn batches_hold_at_most_max_batch_jobs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_is_answered_only_when_its_whole_batch_is_committed() {
     let f = fixture(64).await;
-    let mut first = f.gc.begin().await.unwrap();
-    sqlx::query("INSERT INTO t VALUES (1)")
-        .execute(&mut *first)
+    let (first, go_first) = hold(&f, vec![1]).await;
+    // A second job queues, then holds the writer until told to finish.
+    let (second, second_running, go_second) = holding(vec![2]);
+    let mut second = queue_jobs(&f.gc, vec![second]).await;
+    go_first.send(()).unwrap();
+    tokio::task::spawn_blocking(move || second_running.recv().unwrap())
         .await
         .unwrap();
-    // A second job queues, then holds its turn until told to finish.
-    let (has_turn, mut got_turn) = tokio::sync::mpsc::channel(1);
-    let (finish, mut may_finish) = tokio::sync::mpsc::channel::<()>(1);
-    let gc = f.gc.clone();
-    let mut second = Box::pin(async move {
-        let mut turn = gc.begin().await?;
-        has_turn.send(()).await.unwrap();
-        may_finish.recv().await;
-        sqlx::query("INSERT INTO t VALUES (2)")
-            .execute(&mut *turn)
-            .await?;
-        turn.commit().await
-    });
-    assert!(futures_util::poll!(&mut second).is_pending());
-    let second = tokio::spawn(second);
-    let first = tokio::spawn(first.commit());
-    got_turn.recv().await.unwrap();
     // The batch is still open: the first job's write is not durable, so
     // its caller has no answer and nobody else sees the row.
+    tokio::time::sleep(Duration::from_millis(20)).await;
     assert!(!first.is_finished());
     assert_eq!(f.rows().await, vec![0]);
-    finish.send(()).await.unwrap();
+    go_second.send(()).unwrap();
     first.await.unwrap().unwrap();
-    second.await.unwrap().unwrap();
+    second.pop().unwrap().await.unwrap().unwrap();
     assert_eq!(f.rows().await, vec![0, 1, 2]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_finishes_queued_jobs_then_refuses_new_ones() {
     let f = fixture(64).await;
-    let first = f.gc.begin().await.unwrap();
-    let handles = queue_jobs(&f.gc, vec![vec![1], vec![2]]).await;
+    let (first, go) = hold(&f, vec![]).await;
+    let handles = queue_jobs(&f.gc, vec![inserts(vec![1]), inserts(vec![2])]).await;
     let gc = f.gc.clone();
-    let closing = tokio::spawn(async move { gc.close().await });
-    first.commit().await.unwrap();
+    let mut closing = Box::pin(async move { gc.close().await });
+    assert!(futures_util::poll!(&mut closing).is_pending());
+    let closing = tokio::spawn(closing);
+    go.send(()).unwrap();
+    first.await.unwrap().unwrap();
     for handle in handles {
         handle.await.unwrap().unwrap();
     }
     closing.await.unwrap();
-    assert!(matches!(f.gc.begin().await, Err(sqlx::Error::PoolClosed)));
+    assert!(matches!(
+        f.gc.write(inserts(vec![3])).await,
+        Err(StoreError::WriterClosed)
+    ));
     assert_eq!(f.rows().await, vec![0, 1, 2]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statement_between_batches_waits_for_the_open_batch_and_outlives_it() {
     let f = fixture(64).await;
-    // A turn is held, so its batch is open: the statement waits for it.
-    let held = f.gc.begin().await.unwrap();
+    // A job holds the writer, so its batch is open: the statement waits.
+    let (held, go) = hold(&f, vec![]).await;
     let gc = f.gc.clone();
     let between = tokio::spawn(async move { gc.between_batches("PRAGMA query_only = ON").await });
-    tokio::task::yield_now().await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
     assert!(!between.is_finished(), "waits for the open batch");
-    held.commit().await.unwrap();
+    go.send(()).unwrap();
+    held.await.unwrap().unwrap();
     between.await.unwrap().unwrap();
+    let refused = f.gc.write(inserts(vec![1])).await.unwrap_err();
     assert!(
-        job(f.gc.clone(), vec![1]).await.is_err(),
-        "a batch under query_only fails to begin"
+        refused.is_unavailable(),
+        "read-only is unavailable: {refused:?}"
     );
     assert_eq!(
         f.gc.between_batches("PRAGMA query_only").await.unwrap(),
@@ -209,6 +283,26 @@ async fn a_statement_between_batches_waits_for_the_open_batch_and_outlives_it() 
     f.gc.between_batches("PRAGMA query_only = OFF")
         .await
         .unwrap();
-    job(f.gc.clone(), vec![2]).await.unwrap();
+    f.gc.write(inserts(vec![2])).await.unwrap();
     assert_eq!(f.rows().await, vec![0, 2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writers_connection_is_durable_wal_with_full_sync() {
+    let f = fixture(64).await;
+    let setting = |sql: &'static str| {
+        let gc = f.gc.clone();
+        async move { gc.between_batches(sql).await.unwrap() }
+    };
+    assert_eq!(
+        setting("SELECT journal_mode = 'wal' FROM pragma_journal_mode").await,
+        Some(1)
+    );
+    assert_eq!(
+        setting("PRAGMA synchronous").await,
+        Some(2),
+        "synchronous=FULL"
+    );
+    assert_eq!(setting("PRAGMA foreign_keys").await, Some(1));
+    assert_eq!(setting("PRAGMA busy_timeout").await, Some(5_000));
 }

@@ -11,6 +11,7 @@ mod approval_secrecy;
 mod approvals;
 mod audit;
 mod backup;
+mod claim_batches;
 mod conformance;
 mod deadletter_actions;
 mod deadletter_cli;

@@ -3,8 +3,9 @@
 //! Lease times are compared with the database's clock (`og_now_ms`, which is
 //! `now()` in milliseconds), so nodes whose clocks disagree still agree on
 //! who owns a run. Migrations take PostgreSQL's advisory lock, so processes
-//! starting together apply them once. Writes are pool transactions:
-//! PostgreSQL batches concurrent commits itself.
+//! starting together apply them once. Writes are pool transactions;
+//! concurrent claims of new keys, and concurrent intakes of new webhook
+//! events, share one statement and one commit ([`batch`]).
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -13,14 +14,20 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 
-use super::exec::{Read, Reader, Tx};
+use super::exec::{Read, Tx};
 use super::sql::{Dialect, Statements};
 use super::{Backend, Db, Finish, Job, StoreOptions};
 use crate::clock::{Millis, SharedClock};
+use crate::ingress::RawEvent;
 use crate::ledger::storage::{Result, StoreError};
 use crate::ledger::{ClaimOutcome, ClaimRequest};
+use crate::outbox::NewEffect;
 
+pub mod batch;
 pub mod claim;
+pub mod intake;
+
+pub use batch::ClaimBatchStats;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
@@ -34,6 +41,8 @@ pub type PgStore = Db<PgBackend>;
 #[derive(Debug)]
 pub struct PgBackend {
     pool: PgPool,
+    claims: batch::Batcher,
+    intakes: batch::Batcher,
     st: Arc<Statements>,
     clock: SharedClock,
     use_db_clock: bool,
@@ -64,7 +73,13 @@ impl Db<PgBackend> {
             .connect_with(connect)
             .await?;
         let st = Statements::new(Dialect::Postgres).redacting(options.redaction.clone());
+        let (clock, use_db_clock) = (options.clock.clone(), options.use_db_clock);
+        let now: batch::Now = Arc::new(move || (!use_db_clock).then(|| clock.now_ms()));
+        let claims = batch::Batcher::start(pool.clone(), now.clone(), batch::Kind::Claims);
+        let intakes = batch::Batcher::start(pool.clone(), now, batch::Kind::Intakes);
         Ok(Self::new(PgBackend {
+            claims,
+            intakes,
             pool,
             st: Arc::new(st),
             clock: options.clock,
@@ -76,11 +91,15 @@ impl Db<PgBackend> {
     pub fn pool(&self) -> &PgPool {
         &self.backend().pool
     }
-}
 
-impl PgBackend {
-    fn reader(&self) -> Reader<'_> {
-        Reader::new(&self.pool, &self.st, self.now(), self.clock.now_ms())
+    /// The claim batches sent so far.
+    pub fn claim_batches(&self) -> ClaimBatchStats {
+        self.backend().claims.stats()
+    }
+
+    /// The intake batches sent so far.
+    pub fn intake_batches(&self) -> ClaimBatchStats {
+        self.backend().intakes.stats()
     }
 }
 
@@ -125,15 +144,28 @@ impl Backend for PgBackend {
         }
     }
 
-    /// A new key or a duplicate: one autocommitted statement. Anything else
-    /// (a reclaim, a taken business key, a race with another claim of the
-    /// same key): the general transactional claim.
+    /// A new key or a duplicate: one autocommitted statement shared by the
+    /// claims of a batch. Anything else (a reclaim, a taken business key, a
+    /// race with another claim of the same key): the general transactional
+    /// claim.
     async fn claim_first(&self, req: &ClaimRequest) -> Result<Option<ClaimOutcome>> {
-        claim::claim_new(&self.reader(), req).await
+        let redactor = &self.st.redactor;
+        self.claims.claim(req, self.clock.now_ms(), redactor).await
     }
 
-    async fn accept_first(&self, _req: &ClaimRequest) -> Result<Option<ClaimOutcome>> {
-        Ok(None)
+    /// A new event id: the whole accept in one autocommitted statement
+    /// shared by the intakes of a batch; anything else: the general accept.
+    async fn accept_first(
+        &self,
+        req: &ClaimRequest,
+        event: &RawEvent,
+        forward: &NewEffect,
+    ) -> Result<Option<ClaimOutcome>> {
+        let redactor = &self.st.redactor;
+        let now = self.clock.now_ms();
+        self.intakes
+            .accept(req, event, forward, now, redactor)
+            .await
     }
 
     async fn migrate(&self) -> Result<()> {

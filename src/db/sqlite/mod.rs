@@ -2,8 +2,10 @@
 //!
 //! Every connection runs in WAL mode with `synchronous=FULL`, a busy
 //! timeout and foreign keys on (set by the connect options, so a connection
-//! the pool opens later gets them too). Writes go through one connection
-//! owned by the [group-commit executor](group_commit): concurrent write
+//! the pool opens later gets them too; the writer's own connection sets the
+//! same). Writes go through one connection owned by the [group-commit
+//! executor](group_commit), which runs each write transaction on its own
+//! thread through SQLite's C API ([`native`]): concurrent write
 //! transactions share one durable transaction, each in its own savepoint,
 //! and each caller is answered once that transaction is on disk. Reads use
 //! a separate pool whose connections run with `PRAGMA query_only = ON`, so
@@ -17,21 +19,28 @@ use std::time::Duration;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::SqlitePool;
 
-use super::exec::{Read, Reader, Tx};
+use super::exec::{Read, Reader};
 use super::sql::{Dialect, Statements};
 use super::sqlx_exec::SqliteReadPool;
 use super::tx::ledger::settled_claim;
-use super::{Backend, Db, Finish, Job, StoreOptions};
+use super::{Backend, Db, Job, StoreOptions};
 use crate::clock::{Millis, SharedClock};
+use crate::ingress::RawEvent;
 use crate::ledger::storage::{Result, StoreError};
 use crate::ledger::{ClaimOutcome, ClaimRequest};
+use crate::outbox::NewEffect;
 
 pub mod backup;
 pub mod group_commit;
+mod native;
 
-pub use group_commit::{GroupCommit, GroupCommitOptions};
+pub use group_commit::{GroupCommit, GroupCommitOptions, WriterSettings};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
+
+/// Connections for the claim path's point reads (one per core is plenty:
+/// each read holds one for microseconds).
+const POINT_READERS: usize = 4;
 
 /// The SQLite store: every port over one file.
 pub type SqliteStore = Db<SqliteBackend>;
@@ -41,6 +50,8 @@ pub type SqliteStore = Db<SqliteBackend>;
 pub struct SqliteBackend {
     write: Arc<GroupCommit>,
     read: SqliteReadPool,
+    /// The claim path's point reads, on connections of their own.
+    points: native::PointReads,
     connect: SqliteConnectOptions,
     st: Arc<Statements>,
     clock: SharedClock,
@@ -77,7 +88,16 @@ impl Db<SqliteBackend> {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_millis(options.busy_timeout_ms))
             .foreign_keys(true);
-        let write = GroupCommit::start(&connect, group).await?;
+        let st = Arc::new(Statements::new(Dialect::Sqlite).redacting(options.redaction.clone()));
+        let settings = WriterSettings {
+            path: connect.get_filename().to_owned(),
+            busy_timeout: Duration::from_millis(options.busy_timeout_ms),
+            statements: st.clone(),
+            clock: options.clock.clone(),
+        };
+        let points =
+            native::PointReads::open(&settings.path, settings.busy_timeout, POINT_READERS)?;
+        let write = GroupCommit::start(settings, group).await?;
         let read = SqlitePoolOptions::new()
             .max_connections(options.max_connections.max(1))
             // A file connection does not go stale; sqlx's ping before each
@@ -85,12 +105,12 @@ impl Db<SqliteBackend> {
             .test_before_acquire(false)
             .connect_with(connect.clone().pragma("query_only", "ON"))
             .await?;
-        let st = Statements::new(Dialect::Sqlite).redacting(options.redaction.clone());
         Ok(Self::new(SqliteBackend {
             write: Arc::new(write),
             read: SqliteReadPool(read),
+            points,
             connect,
-            st: Arc::new(st),
+            st,
             clock: options.clock,
         }))
     }
@@ -107,9 +127,10 @@ impl Db<SqliteBackend> {
 }
 
 impl SqliteBackend {
-    fn reader(&self) -> Reader<'_> {
+    /// The claim path's point reads.
+    fn points(&self) -> Reader<'_> {
         let now = self.clock.now_ms();
-        Reader::new(&self.read, &self.st, Some(now), now)
+        Reader::new(&self.points, &self.st, Some(now), now)
     }
 }
 
@@ -133,40 +154,24 @@ impl Backend for SqliteBackend {
     }
 
     /// Runs the whole job on the writer's thread, inside a savepoint of the
-    /// open batch: under load a turn handed to a task on the server's
-    /// runtime would wait for every task queued before it.
+    /// open batch; its output once the batch is durable.
     async fn write<T: Send + 'static>(&self, job: Job<T>) -> Result<T> {
-        let (writer, st, clock) = (self.write.clone(), self.st.clone(), self.clock.clone());
-        let done = self
-            .write
-            .run(async move {
-                let mut turn = writer.begin().await?;
-                let now = clock.now_ms();
-                let mut tx = Tx::new(&mut *turn, &st, Some(now), now, Self::NAME);
-                let outcome = job(&mut tx).await;
-                match outcome? {
-                    Finish::Commit(value) => {
-                        turn.commit().await?;
-                        Ok(value)
-                    }
-                    Finish::Rollback(value) => {
-                        turn.rollback().await?;
-                        Ok(value)
-                    }
-                }
-            })
-            .await?;
-        done
+        self.write.write(job).await
     }
 
     /// A duplicate (the key is settled) is answered from the read pool and
     /// never waits for a group commit.
     async fn claim_first(&self, req: &ClaimRequest) -> Result<Option<ClaimOutcome>> {
-        settled_claim(&self.reader(), req).await
+        settled_claim(&self.points(), req).await
     }
 
-    async fn accept_first(&self, req: &ClaimRequest) -> Result<Option<ClaimOutcome>> {
-        settled_claim(&self.reader(), req).await
+    async fn accept_first(
+        &self,
+        req: &ClaimRequest,
+        _event: &RawEvent,
+        _forward: &NewEffect,
+    ) -> Result<Option<ClaimOutcome>> {
+        settled_claim(&self.points(), req).await
     }
 
     async fn migrate(&self) -> Result<()> {

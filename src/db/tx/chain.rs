@@ -13,6 +13,7 @@ use crate::audit::{AuditEntry, SYSTEM_NAMESPACE};
 use crate::clock::Millis;
 use crate::db::exec::{Args, Tx};
 use crate::db::rows::RunRow;
+use crate::db::sql::Statements;
 use crate::ledger::storage::Result;
 use crate::ledger::{Move, Run, RunState};
 
@@ -67,6 +68,67 @@ pub(crate) async fn append(tx: &mut Tx<'_>, row: &RunRow, entry: &AuditEntry) ->
     tx.execute(&st.runs.append_audit, entry_args(entry, prev, &hash))
         .await?;
     Ok(())
+}
+
+/// An audit entry hashed before its transaction reaches the writer: the
+/// canonical JSON and SHA-256 of an entry cost more than the statements
+/// that store it, and on SQLite everything inside a transaction runs one
+/// after another on the writer's thread. Used when the move returns the
+/// row that was foreseen; otherwise the entry is built and hashed as usual.
+#[derive(Debug, Clone)]
+pub(crate) struct Foreseen {
+    entry: AuditEntry,
+    prev: Option<String>,
+    hash: String,
+}
+
+impl Foreseen {
+    /// `entry` chained onto `prev`, its detail redacted as [`record`] would.
+    pub(crate) fn new(st: &Statements, mut entry: AuditEntry, prev: Option<String>) -> Self {
+        st.redactor.value(&entry.namespace, &mut entry.detail);
+        let hash = entry.chain_hash(prev.as_deref());
+        Self { entry, prev, hash }
+    }
+
+    /// The entry's hash (the chain head once it is appended).
+    pub(crate) fn hash(&self) -> &str {
+        &self.hash
+    }
+
+    /// Whether the move returned the row this entry was foreseen for.
+    fn fits(&self, row: &RunRow, run: &Run, kind: Move) -> bool {
+        let e = &self.entry;
+        e.kind == kind.as_str()
+            && e.seq == row.audit_seq
+            && row.audit_head.as_deref() == self.prev.as_deref()
+            && e.version == Some(run.version.get())
+            && e.from_state.as_deref() == run.prev_state.map(|s| s.as_str())
+            && e.to_state.as_deref() == Some(run.state.as_str())
+            && e.namespace == run.namespace.as_str()
+            && e.key == run.key.as_str()
+    }
+}
+
+/// Appends the foreseen entry when the move returned the row it was
+/// foreseen for, else the entry for the move as [`record`] builds it.
+pub(crate) async fn record_foreseen(
+    tx: &mut Tx<'_>,
+    row: &RunRow,
+    run: &Run,
+    kind: Move,
+    foreseen: Option<&Foreseen>,
+    actor: &str,
+    detail: Value,
+) -> Result<()> {
+    match foreseen {
+        Some(f) if f.fits(row, run, kind) && f.entry.actor == actor => {
+            let st = tx.st;
+            let args = entry_args(&f.entry, f.prev.as_deref(), &f.hash);
+            tx.execute(&st.runs.append_audit, args).await?;
+            Ok(())
+        }
+        _ => record(tx, row, run, kind, actor, detail).await,
+    }
 }
 
 /// Appends the audit entry for a move and advances the chain head.

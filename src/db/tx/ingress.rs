@@ -5,18 +5,22 @@
 use async_trait::async_trait;
 use serde_json::json;
 
+use super::chain::Foreseen;
 use super::deadletter::record_dead_letter;
-use super::ledger::{answer, approve_claimed, try_claim, Attempt};
+use super::ledger::{answer, approve_claimed_foreseen, first_entry, try_claim_foreseen, Attempt};
 use super::outbox::insert_effect;
 use super::to_json;
+use crate::audit::AuditEntry;
+use crate::clock::Millis;
 use crate::db::exec::{Args, Tx};
 use crate::db::rows::RawEventRow;
+use crate::db::sql::Statements;
 use crate::db::{Backend, Db, Finish};
 use crate::deadletter::{DeadLetterClass, DeadLetterInput};
 use crate::ingress::port::IngressStore;
 use crate::ingress::RawEvent;
 use crate::ledger::storage::Result;
-use crate::ledger::{ClaimOutcome, ClaimRequest, Run};
+use crate::ledger::{ClaimOutcome, ClaimRequest, Move, Run, RunState};
 use crate::outbox::NewEffect;
 
 /// Stores a raw delivery; the stored copy is evidence, redacted when rules
@@ -47,8 +51,9 @@ async fn accept(
     req: &ClaimRequest,
     event: &RawEvent,
     forward: &NewEffect,
+    foreseen: &[Foreseen; 2],
 ) -> Result<Finish<Attempt>> {
-    let attempt = try_claim(tx, req).await?;
+    let attempt = try_claim_foreseen(tx, req, Some(&foreseen[0])).await?;
     let Attempt::Won {
         run,
         lease,
@@ -59,8 +64,10 @@ async fn accept(
     };
     // Inside the accept transaction: a crash here rolls the claim back.
     crate::chaos::point("after_claim");
-    let detail = json!({ "effects": [forward.effect_type], "raw_event_id": event.id });
-    let approved = approve_claimed(tx, &run, &lease, &req.claimed_by, detail).await?;
+    let detail = approval_detail(event, forward);
+    let actor = &req.claimed_by;
+    let approved =
+        approve_claimed_foreseen(tx, &run, &lease, actor, detail, Some(&foreseen[1])).await?;
     insert_effect(tx, &approved, forward).await?;
     insert_raw_event(tx, event).await?;
     tx.before_commit();
@@ -69,6 +76,37 @@ async fn accept(
         lease,
         reclaimed_from,
     }))
+}
+
+/// The approval's audit detail.
+fn approval_detail(event: &RawEvent, forward: &NewEffect) -> serde_json::Value {
+    json!({ "effects": [forward.effect_type], "raw_event_id": event.id })
+}
+
+/// A new event's two audit entries (claim, approval), hashed before the
+/// accept is written, at `at`.
+fn foresee(
+    st: &Statements,
+    req: &ClaimRequest,
+    event: &RawEvent,
+    forward: &NewEffect,
+    at: Millis,
+) -> [Foreseen; 2] {
+    let claim = first_entry(st, req, at);
+    let entry = AuditEntry {
+        namespace: req.namespace.to_string(),
+        key: req.key.to_string(),
+        seq: 2,
+        kind: Move::Approve.as_str().into(),
+        actor: req.claimed_by.clone(),
+        from_state: Some(RunState::Processing.as_str().into()),
+        to_state: Some(RunState::Approved.as_str().into()),
+        version: Some(2),
+        detail: approval_detail(event, forward),
+        created_at: at,
+    };
+    let approval = Foreseen::new(st, entry, Some(claim.hash().to_owned()));
+    [claim, approval]
 }
 
 /// Stores a conflicting delivery as evidence and records its dead letter.
@@ -99,12 +137,16 @@ impl<B: Backend> IngressStore for Db<B> {
         event: &RawEvent,
         forward: &NewEffect,
     ) -> Result<ClaimOutcome> {
-        if let Some(answer) = self.backend().accept_first(req).await? {
+        if let Some(answer) = self.backend().accept_first(req, event, forward).await? {
             return Ok(answer);
         }
         let (owned, event, forward) = (req.clone(), event.clone(), forward.clone());
+        let at = self.backend().clock().now_ms();
+        let foreseen = foresee(self.backend().statements(), req, &event, &forward, at);
         let attempt = self
-            .write(move |tx| Box::pin(async move { accept(tx, &owned, &event, &forward).await }))
+            .write(move |tx| {
+                Box::pin(async move { accept(tx, &owned, &event, &forward, &foreseen).await })
+            })
             .await?;
         answer(&self.reader(), req, attempt).await
     }

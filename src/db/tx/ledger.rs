@@ -4,18 +4,21 @@
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use super::chain::record;
+use super::chain::{record, record_foreseen, Foreseen};
 use super::outbox::insert_effect;
 use super::Owned;
+use crate::audit::AuditEntry;
+use crate::clock::Millis;
 use crate::db::exec::{Args, Reader, Tx};
 use crate::db::rows::RunRow;
 use crate::db::sql::console::search_sql;
+use crate::db::sql::Statements;
 use crate::db::{Backend, Db, Finish};
 use crate::ledger::port::{LedgerStore, RunSearch};
 use crate::ledger::storage::{Result, StoreError};
 use crate::ledger::{
-    explain_lost, ClaimOutcome, ClaimRequest, IdempotencyKey, Lease, LeaseOwner, Move, Moved,
-    Namespace, OwnerCall, OwnerMove, Run, RunState,
+    explain_lost, ClaimOutcome, ClaimRequest, FencingVersion, IdempotencyKey, Lease, LeaseOwner,
+    Move, Moved, Namespace, OwnerCall, OwnerMove, Run, RunState,
 };
 use crate::outbox::NewEffect;
 
@@ -46,6 +49,43 @@ impl Attempt {
 
 /// The claim statement and, when it wins, the claim's audit entry.
 pub(crate) async fn try_claim(tx: &mut Tx<'_>, req: &ClaimRequest) -> Result<Attempt> {
+    try_claim_foreseen(tx, req, None).await
+}
+
+/// A new key's first audit entry, hashed before the claim is written (at
+/// `at`, this node's clock when the claim arrived).
+pub(crate) fn first_entry(st: &Statements, req: &ClaimRequest, at: Millis) -> Foreseen {
+    let entry = AuditEntry {
+        namespace: req.namespace.to_string(),
+        key: req.key.to_string(),
+        seq: 1,
+        kind: Move::Claim.as_str().into(),
+        actor: req.claimed_by.clone(),
+        from_state: None,
+        to_state: Some(RunState::Processing.as_str().into()),
+        version: Some(FencingVersion::FIRST.get()),
+        detail: claim_detail(req, 1),
+        created_at: at,
+    };
+    Foreseen::new(st, entry, None)
+}
+
+/// The claim's audit detail for attempt `attempt`.
+fn claim_detail(req: &ClaimRequest, attempt: i64) -> Value {
+    json!({
+        "attempt": attempt,
+        "payload_hash": req.payload_hash.as_str(),
+        "execution_ref": req.metadata.execution_ref,
+        "lease_ms": req.lease_ms,
+    })
+}
+
+/// [`try_claim`], appending `first` when the claim inserted a new run.
+pub(crate) async fn try_claim_foreseen(
+    tx: &mut Tx<'_>,
+    req: &ClaimRequest,
+    first: Option<&Foreseen>,
+) -> Result<Attempt> {
     let owner = LeaseOwner::generate();
     let meta = &req.metadata;
     let correlation_id = meta
@@ -64,13 +104,8 @@ pub(crate) async fn try_claim(tx: &mut Tx<'_>, req: &ClaimRequest) -> Result<Att
             } else {
                 Move::Claim
             };
-            let detail = json!({
-                "attempt": run.attempts,
-                "payload_hash": run.payload_hash.as_str(),
-                "execution_ref": meta.execution_ref,
-                "lease_ms": req.lease_ms,
-            });
-            record(tx, &row, &run, kind, &req.claimed_by, detail).await?;
+            let detail = claim_detail(req, run.attempts);
+            record_foreseen(tx, &row, &run, kind, first, &req.claimed_by, detail).await?;
             let lease = Lease {
                 owner,
                 version: run.version,
@@ -210,6 +245,19 @@ pub(crate) async fn approve_claimed(
     actor: &str,
     detail: Value,
 ) -> Result<Run> {
+    approve_claimed_foreseen(tx, run, lease, actor, detail, None).await
+}
+
+/// [`approve_claimed`], appending `entry` when the approval is the one
+/// foreseen.
+pub(crate) async fn approve_claimed_foreseen(
+    tx: &mut Tx<'_>,
+    run: &Run,
+    lease: &Lease,
+    actor: &str,
+    detail: Value,
+    entry: Option<&Foreseen>,
+) -> Result<Run> {
     let st = tx.st;
     let args = owner_args(
         tx.now,
@@ -223,7 +271,7 @@ pub(crate) async fn approve_claimed(
         .await?
         .ok_or_else(|| StoreError::Corrupt("a just-claimed run refused approval".into()))?;
     let approved = row.to_run()?;
-    record(tx, &row, &approved, Move::Approve, actor, detail).await?;
+    record_foreseen(tx, &row, &approved, Move::Approve, entry, actor, detail).await?;
     Ok(approved)
 }
 
@@ -365,10 +413,16 @@ impl<B: Backend> LedgerStore for Db<B> {
             return Ok(answer);
         }
         let owned = req.clone();
+        // Hashed here, beside the request, not inside the write.
+        let first = first_entry(
+            self.backend().statements(),
+            req,
+            self.backend().clock().now_ms(),
+        );
         let attempt = self
             .write(move |tx| {
                 Box::pin(async move {
-                    let attempt = try_claim(tx, &owned).await?;
+                    let attempt = try_claim_foreseen(tx, &owned, Some(&first)).await?;
                     if matches!(attempt, Attempt::Won { .. }) {
                         tx.before_commit();
                     }

@@ -1,4 +1,4 @@
-//! Group commit for SQLite: one writer task, one durable transaction per batch.
+//! Group commit for SQLite: one writer thread, one durable transaction per batch.
 //!
 //! SQLite with `synchronous=FULL` spends most of a small write in the
 //! commit's `fsync`. One commit per request caps a node at a few thousand
@@ -7,47 +7,59 @@
 //!
 //! # How it works
 //!
-//! [`GroupCommit`] owns the store's only write connection inside a task.
-//! A caller asks for a turn with [`GroupCommit::begin`], exactly as it
-//! would begin a transaction on a pool. The writer opens a batch
-//! (`BEGIN IMMEDIATE`), and for each waiting caller in arrival order sets a
-//! `SAVEPOINT` and lends it the connection as a [`Turn`]. The caller runs
-//! its statements on the turn (it derefs to the connection) and ends it:
+//! [`GroupCommit`] owns the store's only write connection on a thread of
+//! its own, and runs each write transaction there ([`GroupCommit::write`]):
+//! a [`Job`] is a plain `async fn` over a [`Tx`], and every statement it
+//! awaits runs synchronously on that thread through SQLite's C API
+//! ([`super::native`]), so a job runs start to finish without a hand-off
+//! per statement. The writer opens a batch (`BEGIN IMMEDIATE`), and for
+//! each queued job in arrival order sets a `SAVEPOINT` and runs it:
 //!
-//! - [`Turn::commit`] keeps the job's writes in the batch;
-//! - [`Turn::rollback`], or dropping the turn (an error returned with `?`,
-//!   a cancelled request), makes the writer `ROLLBACK TO` the job's
-//!   savepoint, so that one job fails alone and the rest of the batch stays.
+//! - a job that ends in [`Finish::Commit`] keeps its writes in the batch
+//!   (`RELEASE`);
+//! - one that ends in [`Finish::Rollback`], returns an error or panics is
+//!   undone alone (`ROLLBACK TO` its savepoint), and the rest of the batch
+//!   stays.
 //!
-//! When no caller is waiting, or the batch holds `max_batch` jobs (after
-//! waiting up to `max_wait` for more), the writer commits. Both `commit`
-//! and `rollback` return only once that commit is durable, and report its
-//! failure: a caller is never answered from writes that could still be
-//! lost, and one that lost a race reads the winner's committed row.
+//! When no job is queued, or the batch holds `max_batch` jobs (after
+//! waiting up to `max_wait` for more), the writer commits. Every job of the
+//! batch is answered only once that commit is durable, and a failed commit
+//! fails every job in it: a caller is never answered from writes that
+//! could still be lost, and one that lost a race reads the winner's
+//! committed row.
+//!
+//! The writer never checkpoints (`wal_autocheckpoint = 0`): a second
+//! thread with its own connection runs SQLite's passive checkpoint after
+//! commits, as the automatic one would, but without stalling the batch
+//! whose commit crossed the threshold (copying frames to the database file
+//! and syncing it cost several of the writer's commits).
 //!
 //! # Running a new write through it
 //!
 //! Nothing above the backend calls this directly. A write transaction is
-//! a plain function over [`Tx`](crate::db::exec::Tx) in `db/tx/`, run by
-//! `Db::write` (or `Db::commit`); on SQLite the backend ships the whole
-//! function to the writer's thread ([`GroupCommit::run`]), takes a turn
-//! there, and commits or rolls the turn back as the function decides. Two
-//! rules hold by construction: no write runs outside a turn (the read pool
-//! refuses writes), and no function begins a second turn while it holds
-//! one (a transaction function only ever sees its own `Tx`). Reads that
-//! need no transaction use the read pool and never wait for the writer.
+//! a plain function over [`Tx`] in `db/tx/`, run by `Db::write` (or
+//! `Db::commit`). Two rules hold by construction: no write runs outside a
+//! job (the read pool refuses writes), and a job awaits nothing but its
+//! own [`Tx`] (it only ever sees its `Tx`; anything else it awaited would
+//! hold up the whole writer). Reads that need no transaction use the read
+//! pool and never wait for the writer.
 
 mod writer;
 
-use writer::Writer;
-
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
-use sqlx::Connection;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
+
+use super::native::NativeConn;
+use crate::clock::SharedClock;
+use crate::db::exec::Tx;
+use crate::db::sql::Statements;
+use crate::db::{Finish, Job};
+use crate::ledger::storage::{Result, StoreError};
+use writer::Writer;
 
 /// How batches are formed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,33 +96,79 @@ struct Counters {
     jobs: AtomicU64,
 }
 
-/// Why a batch failed to become durable (shared by every job in it).
-#[derive(Debug, thiserror::Error)]
-#[error("the group commit failed; nothing in its batch was stored")]
-pub struct BatchFailed(#[source] pub Arc<sqlx::Error>);
-
-type Durable = Result<(), Arc<sqlx::Error>>;
-
-/// What the writer hands a caller: its connection, for one job.
-struct Lent {
-    conn: SqliteConnection,
-    back: oneshot::Sender<Returned>,
-    durable: oneshot::Receiver<Durable>,
+/// Where the write connection is and how it waits on a lock.
+#[derive(Debug, Clone)]
+pub struct WriterSettings {
+    /// The database file.
+    pub path: PathBuf,
+    /// SQLite's busy timeout.
+    pub busy_timeout: Duration,
+    /// Every statement, spelled for SQLite (a job's [`Tx`] carries them).
+    pub statements: Arc<Statements>,
+    /// The clock whose time each job's [`Tx`] binds.
+    pub clock: SharedClock,
 }
 
-/// What a caller hands back.
-#[derive(Debug)]
-struct Returned {
-    conn: SqliteConnection,
-    keep: bool,
-}
+/// What a batch's commit came to, shared by every job in it.
+type Durable = std::result::Result<(), Arc<rusqlite::Error>>;
 
 /// A value one statement outside a batch returns: the first column of
-/// its first row, if it has one.
-type Answer = Result<Option<i64>, sqlx::Error>;
+/// its first row, if it is an integer.
+type Answer = Result<Option<i64>>;
+
+/// A job with its answer, its output type erased for the writer's queue.
+trait Work: Send {
+    /// Whether the caller has gone (its job need not run).
+    fn abandoned(&self) -> bool;
+    /// Runs the job to its end on the writer thread; whether to keep its
+    /// writes.
+    fn run(&mut self, tx: &mut Tx<'_>) -> bool;
+    /// Answers the caller once the batch has ended as `durable` says.
+    fn answer(self: Box<Self>, durable: &Durable);
+}
+
+/// One queued job and the caller waiting for its output.
+struct Pending<T> {
+    job: Option<Job<T>>,
+    outcome: Option<Result<T>>,
+    reply: oneshot::Sender<Result<T>>,
+}
+
+impl<T: Send + 'static> Work for Pending<T> {
+    fn abandoned(&self) -> bool {
+        self.reply.is_closed()
+    }
+
+    fn run(&mut self, tx: &mut Tx<'_>) -> bool {
+        let Some(job) = self.job.take() else {
+            return false;
+        };
+        let ran =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| writer::block_on(job(tx))));
+        let (keep, outcome) = match ran {
+            Ok(Ok(Finish::Commit(value))) => (true, Ok(value)),
+            Ok(Ok(Finish::Rollback(value))) => (false, Ok(value)),
+            Ok(Err(err)) => (false, Err(err)),
+            Err(_) => (false, Err(StoreError::WritePanicked)),
+        };
+        self.outcome = Some(outcome);
+        keep
+    }
+
+    fn answer(self: Box<Self>, durable: &Durable) {
+        let output = match (durable, self.outcome) {
+            // A job's own failure stands whatever became of its batch.
+            (_, Some(Err(own))) => Err(own),
+            (Ok(()), Some(output)) => output,
+            (Err(err), _) => Err(StoreError::BatchFailed(err.clone())),
+            (Ok(()), None) => Err(StoreError::WritePanicked),
+        };
+        let _ = self.reply.send(output);
+    }
+}
 
 enum Request {
-    Job(oneshot::Sender<Result<Lent, sqlx::Error>>),
+    Job(Box<dyn Work>),
     /// One statement between batches, outside any transaction.
     Between(String, oneshot::Sender<Answer>),
     Close(oneshot::Sender<()>),
@@ -119,9 +177,7 @@ enum Request {
 /// The single-writer group-commit executor (see the module docs).
 #[derive(Debug)]
 pub struct GroupCommit {
-    requests: mpsc::UnboundedSender<Request>,
-    /// The writer thread's own runtime, where write operations run.
-    runtime: tokio::runtime::Handle,
+    requests: mpsc::Sender<Request>,
     counters: Arc<Counters>,
 }
 
@@ -129,36 +185,49 @@ impl GroupCommit {
     /// Opens the write connection and starts the writer on its own thread.
     ///
     /// # Errors
-    /// The connection cannot be opened, or the thread not started.
-    pub async fn start(
-        connect: &SqliteConnectOptions,
-        options: GroupCommitOptions,
-    ) -> Result<Self, sqlx::Error> {
-        let conn = SqliteConnection::connect_with(connect).await?;
-        let (requests, queue) = mpsc::unbounded_channel();
+    /// [`StoreError::Sqlite`] when the connection cannot be opened with its
+    /// settings; [`StoreError::WriterClosed`] when the thread cannot start.
+    pub async fn start(settings: WriterSettings, options: GroupCommitOptions) -> Result<Self> {
+        let (requests, queue) = mpsc::channel();
         let counters = Arc::new(Counters::default());
+        let (opened, open) = oneshot::channel();
+        let (checkpoints, due) = mpsc::sync_channel(1);
+        let checkpointer = NativeConn::open(&settings.path, settings.busy_timeout)?;
+        std::thread::Builder::new()
+            .name("oncegate-checkpoint".into())
+            .spawn(move || writer::checkpoint(checkpointer, due))
+            .map_err(|_| StoreError::WriterClosed)?;
         let writer = Writer {
+            checkpoints,
             queue,
             counters: counters.clone(),
-            connect: connect.clone(),
             options: GroupCommitOptions {
                 max_batch: options.max_batch.max(1),
                 ..options
             },
+            statements: settings.statements.clone(),
+            clock: settings.clock.clone(),
             next: None,
         };
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let handle = runtime.handle().clone();
+        // Tokio's context, should a job ever await something of it.
+        let runtime = tokio::runtime::Handle::try_current().ok();
         std::thread::Builder::new()
             .name("oncegate-writer".into())
-            .spawn(move || runtime.block_on(writer.run(conn)))?;
-        Ok(Self {
-            requests,
-            runtime: handle,
-            counters,
-        })
+            .spawn(move || {
+                let _entered = runtime.as_ref().map(tokio::runtime::Handle::enter);
+                match NativeConn::open_writer(&settings.path, settings.busy_timeout) {
+                    Ok(conn) => {
+                        let _ = opened.send(Ok(()));
+                        writer.run(conn);
+                    }
+                    Err(err) => {
+                        let _ = opened.send(Err(err));
+                    }
+                }
+            })
+            .map_err(|_| StoreError::WriterClosed)?;
+        open.await.map_err(|_| StoreError::WriterClosed)??;
+        Ok(Self { requests, counters })
     }
 
     /// Batches and jobs committed so far.
@@ -169,45 +238,25 @@ impl GroupCommit {
         }
     }
 
-    /// Runs a whole write operation on the writer's thread and returns its
-    /// output. Operations that [`begin`](Self::begin) their turns there
-    /// pass the connection back and forth without queueing behind the
-    /// HTTP server's tasks: under load, a turn handed to a task on the
-    /// server's runtime waits for every task queued before it.
+    /// Runs `job` in the next batch, in a savepoint of its own; its output
+    /// once the batch is durable.
     ///
     /// # Errors
-    /// [`sqlx::Error::PoolClosed`] once the writer has stopped;
-    /// [`sqlx::Error::WorkerCrashed`] if the operation panicked.
-    pub async fn run<F>(&self, operation: F) -> Result<F::Output, sqlx::Error>
-    where
-        F: std::future::Future + Send + 'static,
-        F::Output: Send + 'static,
-    {
-        self.runtime.spawn(operation).await.map_err(|e| {
-            if e.is_panic() {
-                sqlx::Error::WorkerCrashed
-            } else {
-                sqlx::Error::PoolClosed
-            }
-        })
-    }
-
-    /// Waits for a turn on the write connection, inside the next batch.
-    ///
-    /// # Errors
-    /// [`sqlx::Error::PoolClosed`] after [`GroupCommit::close`]; the
-    /// database's error when the batch could not begin.
-    pub async fn begin(&self) -> Result<Turn, sqlx::Error> {
-        let (tx, rx) = oneshot::channel();
+    /// The job's own error; [`StoreError::BatchFailed`] when its batch's
+    /// commit failed (nothing in it is stored); [`StoreError::WritePanicked`]
+    /// when the job panicked (it was rolled back alone);
+    /// [`StoreError::WriterClosed`] after [`GroupCommit::close`].
+    pub async fn write<T: Send + 'static>(&self, job: Job<T>) -> Result<T> {
+        let (reply, answer) = oneshot::channel();
+        let work = Pending {
+            job: Some(job),
+            outcome: None,
+            reply,
+        };
         self.requests
-            .send(Request::Job(tx))
-            .map_err(|_| sqlx::Error::PoolClosed)?;
-        let lent = rx.await.map_err(|_| sqlx::Error::PoolClosed)??;
-        Ok(Turn {
-            conn: Some(lent.conn),
-            back: Some(lent.back),
-            durable: Some(lent.durable),
-        })
+            .send(Request::Job(Box::new(work)))
+            .map_err(|_| StoreError::WriterClosed)?;
+        answer.await.map_err(|_| StoreError::WriterClosed)?
     }
 
     /// Runs one statement on the write connection between two batches,
@@ -216,99 +265,25 @@ impl GroupCommit {
     /// transaction refuses or which must hold for every later batch:
     /// `PRAGMA wal_checkpoint(TRUNCATE)`, `PRAGMA query_only = ON` (after
     /// which every batch fails to begin until `OFF`), `PRAGMA
-    /// max_page_count`. Never for data: writes belong in a [`Turn`].
+    /// max_page_count`. Never for data: writes belong in a job.
     ///
     /// # Errors
-    /// The statement failed; [`sqlx::Error::PoolClosed`] once the writer
+    /// The statement failed; [`StoreError::WriterClosed`] once the writer
     /// has stopped.
     pub async fn between_batches(&self, sql: &str) -> Answer {
         let (tx, rx) = oneshot::channel();
         self.requests
             .send(Request::Between(sql.to_owned(), tx))
-            .map_err(|_| sqlx::Error::PoolClosed)?;
-        rx.await.map_err(|_| sqlx::Error::PoolClosed)?
+            .map_err(|_| StoreError::WriterClosed)?;
+        rx.await.map_err(|_| StoreError::WriterClosed)?
     }
 
     /// Lets the jobs queued so far finish, then closes the connection.
-    /// Later calls to [`GroupCommit::begin`] fail.
+    /// Later writes fail with [`StoreError::WriterClosed`].
     pub async fn close(&self) {
         let (tx, rx) = oneshot::channel();
         if self.requests.send(Request::Close(tx)).is_ok() {
             let _ = rx.await;
         }
-    }
-}
-
-/// One job's exclusive use of the write connection, inside a batch.
-///
-/// Derefs to the connection: run statements on `&mut *turn`. End it with
-/// [`Turn::commit`] or [`Turn::rollback`]; dropping it rolls the job back.
-#[derive(Debug)]
-pub struct Turn {
-    conn: Option<SqliteConnection>,
-    back: Option<oneshot::Sender<Returned>>,
-    durable: Option<oneshot::Receiver<Durable>>,
-}
-
-impl Turn {
-    /// Keeps this job's writes and waits until its batch is durable.
-    ///
-    /// # Errors
-    /// The batch's commit failed: none of its writes are stored.
-    pub async fn commit(mut self) -> Result<(), sqlx::Error> {
-        self.give_back(true);
-        self.wait().await
-    }
-
-    /// Undoes this job's writes (the rest of its batch stays) and waits
-    /// until the batch is durable, so that what the caller reads next
-    /// includes everything committed before it.
-    ///
-    /// # Errors
-    /// The batch's commit failed.
-    pub async fn rollback(mut self) -> Result<(), sqlx::Error> {
-        self.give_back(false);
-        self.wait().await
-    }
-
-    fn give_back(&mut self, keep: bool) {
-        if let (Some(conn), Some(back)) = (self.conn.take(), self.back.take()) {
-            // The writer is waiting on this channel; it only closes if the
-            // writer task is gone, and then the connection goes with it.
-            let _ = back.send(Returned { conn, keep });
-        }
-    }
-
-    async fn wait(&mut self) -> Result<(), sqlx::Error> {
-        let durable = self.durable.take().ok_or(sqlx::Error::PoolClosed)?;
-        match durable.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(err)) => Err(sqlx::Error::Io(std::io::Error::other(BatchFailed(err)))),
-            Err(_) => Err(sqlx::Error::WorkerCrashed),
-        }
-    }
-}
-
-impl std::ops::Deref for Turn {
-    type Target = SqliteConnection;
-
-    fn deref(&self) -> &SqliteConnection {
-        self.conn
-            .as_ref()
-            .expect("a turn holds the connection until it ends")
-    }
-}
-
-impl std::ops::DerefMut for Turn {
-    fn deref_mut(&mut self) -> &mut SqliteConnection {
-        self.conn
-            .as_mut()
-            .expect("a turn holds the connection until it ends")
-    }
-}
-
-impl Drop for Turn {
-    fn drop(&mut self) {
-        self.give_back(false);
     }
 }

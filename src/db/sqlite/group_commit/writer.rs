@@ -1,132 +1,127 @@
-//! The writer task: forms batches, lends the connection for each job
-//! inside a savepoint, commits, and answers every job of the batch.
+//! The writer thread: forms batches, runs each job inside a savepoint to
+//! its end, commits, and answers every job of the batch.
 
+use std::future::Future;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::{mpsc, Arc};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Instant;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
-use sqlx::Connection;
-use tokio::sync::{mpsc, oneshot};
+use super::{Counters, Durable, GroupCommitOptions, Request, Work};
+use crate::clock::SharedClock;
+use crate::db::exec::Tx;
+use crate::db::sql::Statements;
+use crate::db::sqlite::native::NativeConn;
 
-use super::{Counters, Durable, GroupCommitOptions, Lent, Request, Returned};
-
-/// The writer task's state.
+/// The writer thread's state.
 pub(super) struct Writer {
-    pub(super) queue: mpsc::UnboundedReceiver<Request>,
+    pub(super) queue: mpsc::Receiver<Request>,
+    /// Tells the checkpointer a commit added frames to the WAL.
+    pub(super) checkpoints: mpsc::SyncSender<()>,
     pub(super) counters: Arc<Counters>,
-    /// To reopen the connection if a turn never returns it.
-    pub(super) connect: SqliteConnectOptions,
     pub(super) options: GroupCommitOptions,
-    /// A request taken from the queue that belongs to the next batch.
+    pub(super) statements: Arc<Statements>,
+    pub(super) clock: SharedClock,
+    /// A request taken from the queue that belongs after the open batch.
     pub(super) next: Option<Request>,
 }
 
-/// A job's place in the open batch.
-type Waiter = oneshot::Sender<Durable>;
-
 impl Writer {
-    pub(super) async fn run(mut self, mut conn: SqliteConnection) {
+    pub(super) fn run(mut self, mut conn: NativeConn) {
         loop {
             let request = match self.next.take() {
                 Some(request) => request,
-                None => match self.queue.recv().await {
-                    Some(request) => request,
-                    None => break,
+                None => match self.queue.recv() {
+                    Ok(request) => request,
+                    Err(_) => return,
                 },
             };
             match request {
                 Request::Close(ack) => {
-                    let _ = conn.close().await;
+                    drop(conn);
                     let _ = ack.send(());
                     return;
                 }
                 Request::Between(sql, answer) => {
-                    let value = sqlx::query_scalar::<_, i64>(&sql)
-                        .fetch_optional(&mut conn)
-                        .await;
-                    let _ = answer.send(value);
+                    let _ = answer.send(conn.scalar(&sql).map_err(Into::into));
                 }
-                Request::Job(first) => match self.batch(conn, first).await {
-                    Some(back) => conn = back,
-                    None => match SqliteConnection::connect_with(&self.connect).await {
-                        Ok(fresh) => conn = fresh,
-                        Err(err) => {
-                            tracing::error!(error = %err, "the group-commit writer cannot reconnect; writes stop");
-                            return;
-                        }
-                    },
-                },
+                Request::Job(first) => self.batch(&mut conn, first),
             }
         }
-        let _ = conn.close().await;
     }
 
-    /// Runs one batch; `None` when the connection was lost with it.
-    async fn batch(
-        &mut self,
-        mut conn: SqliteConnection,
-        first: oneshot::Sender<Result<Lent, sqlx::Error>>,
-    ) -> Option<SqliteConnection> {
-        // The first job's savepoint rides along: one trip to SQLite's thread.
-        if let Err(err) = exec(&mut conn, "BEGIN IMMEDIATE; SAVEPOINT og_job").await {
-            let _ = exec(&mut conn, "ROLLBACK").await;
-            let _ = first.send(Err(err));
-            return Some(conn);
+    /// Runs one batch, starting with `first`, and answers its jobs.
+    fn batch(&mut self, conn: &mut NativeConn, first: Box<dyn Work>) {
+        if let Err(err) = conn.batch("BEGIN IMMEDIATE") {
+            if conn.in_transaction() {
+                let _ = conn.batch("ROLLBACK");
+            }
+            first.answer(&Err(Arc::new(err)));
+            return;
         }
-        let mut waiters: Vec<Waiter> = Vec::with_capacity(self.options.max_batch);
+        let mut done: Vec<Box<dyn Work>> = Vec::with_capacity(self.options.max_batch);
         let started = Instant::now();
         let mut job = Some(first);
-        let mut savepoint_taken = true;
-        while let Some(lend) = job.take() {
-            match serve(conn, lend, savepoint_taken, &mut waiters).await {
-                Served::Ok(back) => conn = back,
-                Served::Broken(back, err) => return Some(abort(back, waiters, err).await),
-                Served::Lost => {
-                    let err = Arc::new(sqlx::Error::WorkerCrashed);
-                    for waiter in waiters {
-                        let _ = waiter.send(Err(err.clone()));
-                    }
-                    return None;
+        while let Some(mut work) = job.take() {
+            if !work.abandoned() {
+                if let Err(err) = self.serve(conn, work.as_mut()) {
+                    done.push(work);
+                    return abort(conn, done, err);
                 }
             }
-            savepoint_taken = false;
-            if waiters.len() < self.options.max_batch {
-                job = self.next_job(started).await;
+            done.push(work);
+            if done.len() < self.options.max_batch {
+                job = self.next_job(started);
             }
         }
-        match exec(&mut conn, "COMMIT").await {
-            Ok(()) => {
-                self.counters.batches.fetch_add(1, Ordering::Relaxed);
-                let jobs = waiters.len() as u64;
-                self.counters.jobs.fetch_add(jobs, Ordering::Relaxed);
-                for waiter in waiters {
-                    let _ = waiter.send(Ok(()));
-                }
-                Some(conn)
-            }
-            Err(err) => Some(abort(conn, waiters, Arc::new(err)).await),
+        let durable: Durable = conn.batch("COMMIT").map_err(Arc::new);
+        if let Err(err) = durable {
+            return abort(conn, done, err);
         }
+        // Full: a checkpoint is already due.
+        let _ = self.checkpoints.try_send(());
+        self.counters.batches.fetch_add(1, Ordering::Relaxed);
+        let jobs = done.len() as u64;
+        self.counters.jobs.fetch_add(jobs, Ordering::Relaxed);
+        for work in done {
+            work.answer(&Ok(()));
+        }
+    }
+
+    /// Runs one job inside a savepoint, keeping or undoing its writes.
+    /// An error means the batch cannot go on (a savepoint statement failed).
+    fn serve(
+        &self,
+        conn: &mut NativeConn,
+        work: &mut dyn Work,
+    ) -> Result<(), Arc<rusqlite::Error>> {
+        conn.batch("SAVEPOINT og_job").map_err(Arc::new)?;
+        let now = self.clock.now_ms();
+        let keep = {
+            let mut tx = Tx::new(conn, &self.statements, Some(now), now, "sqlite");
+            work.run(&mut tx)
+        };
+        if !keep {
+            conn.batch("ROLLBACK TO og_job").map_err(Arc::new)?;
+        }
+        conn.batch("RELEASE og_job").map_err(Arc::new)
     }
 
     /// The next job for the open batch, if one comes in time.
-    async fn next_job(
-        &mut self,
-        started: Instant,
-    ) -> Option<oneshot::Sender<Result<Lent, sqlx::Error>>> {
+    fn next_job(&mut self, started: Instant) -> Option<Box<dyn Work>> {
         let request = match self.queue.try_recv() {
             Ok(request) => request,
-            Err(mpsc::error::TryRecvError::Disconnected) => return None,
-            Err(mpsc::error::TryRecvError::Empty) => {
+            Err(mpsc::TryRecvError::Disconnected) => return None,
+            Err(mpsc::TryRecvError::Empty) => {
                 let left = self.options.max_wait.checked_sub(started.elapsed())?;
                 if left.is_zero() {
                     return None;
                 }
-                self.wait_for_job(left).await?
+                self.queue.recv_timeout(left).ok()?
             }
         };
         match request {
-            Request::Job(lend) => Some(lend),
+            Request::Job(work) => Some(work),
             // Outside any batch: it waits for this one to commit.
             other => {
                 self.next = Some(other);
@@ -134,99 +129,65 @@ impl Writer {
             }
         }
     }
+}
 
-    /// Waits up to `left` for a request. Tokio's timer counts whole
-    /// milliseconds, so shorter waits yield to the runtime instead: the
-    /// tasks that run meanwhile are the ones about to send a job.
-    async fn wait_for_job(&mut self, left: Duration) -> Option<Request> {
-        if left >= Duration::from_millis(1) {
-            return tokio::time::timeout(left, self.queue.recv())
-                .await
-                .ok()
-                .flatten();
+/// The checkpointer: after commits, SQLite's passive checkpoint (what
+/// `wal_autocheckpoint` runs on the committing connection), at most once
+/// per [`CHECKPOINT_EVERY`]; it ends with the writer.
+pub(super) fn checkpoint(conn: NativeConn, due: mpsc::Receiver<()>) {
+    while due.recv().is_ok() {
+        if let Err(err) = conn.scalar("PRAGMA wal_checkpoint(PASSIVE)") {
+            tracing::warn!(error = %err, "WAL checkpoint failed; the next commit retries it");
         }
-        let deadline = Instant::now() + left;
-        while Instant::now() < deadline {
-            tokio::task::yield_now().await;
-            if let Ok(request) = self.queue.try_recv() {
-                return Some(request);
-            }
-        }
-        None
+        std::thread::sleep(CHECKPOINT_EVERY);
     }
 }
 
-enum Served {
-    Ok(SqliteConnection),
-    /// The batch cannot go on (a savepoint statement failed).
-    Broken(SqliteConnection, Arc<sqlx::Error>),
-    /// The connection never came back (its turn was leaked): its batch
-    /// is gone with it, and the writer opens a new one.
-    Lost,
-}
-
-/// Lends the connection for one job inside a savepoint and takes it back.
-async fn serve(
-    mut conn: SqliteConnection,
-    lend: oneshot::Sender<Result<Lent, sqlx::Error>>,
-    savepoint_taken: bool,
-    waiters: &mut Vec<Waiter>,
-) -> Served {
-    if lend.is_closed() {
-        // The caller gave up while queued (an unused savepoint is harmless).
-        return Served::Ok(conn);
-    }
-    if !savepoint_taken {
-        if let Err(err) = exec(&mut conn, "SAVEPOINT og_job").await {
-            return Served::Broken(conn, Arc::new(err));
-        }
-    }
-    let (back_tx, back_rx) = oneshot::channel();
-    let (durable_tx, durable_rx) = oneshot::channel();
-    let lent = Lent {
-        conn,
-        back: back_tx,
-        durable: durable_rx,
-    };
-    let returned = match lend.send(Ok(lent)) {
-        Ok(()) => match back_rx.await {
-            Ok(returned) => returned,
-            Err(_) => return Served::Lost,
-        },
-        // The caller went away between asking and receiving: nothing ran.
-        Err(unsent) => match unsent {
-            Ok(lent) => Returned {
-                conn: lent.conn,
-                keep: true,
-            },
-            Err(_) => return Served::Lost,
-        },
-    };
-    waiters.push(durable_tx);
-    let mut conn = returned.conn;
-    if !returned.keep {
-        if let Err(err) = exec(&mut conn, "ROLLBACK TO og_job").await {
-            return Served::Broken(conn, Arc::new(err));
-        }
-    }
-    Served::Ok(conn)
-}
+/// The shortest time between two checkpoints: long enough to copy many
+/// commits' frames at once, short enough that the WAL stays small.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Rolls the whole batch back and tells every job why.
-async fn abort(
-    mut conn: SqliteConnection,
-    waiters: Vec<Waiter>,
-    err: Arc<sqlx::Error>,
-) -> SqliteConnection {
-    tracing::error!(error = %err, jobs = waiters.len(), "group commit failed; batch rolled back");
-    let _ = exec(&mut conn, "ROLLBACK").await;
-    for waiter in waiters {
-        let _ = waiter.send(Err(err.clone()));
+fn abort(conn: &mut NativeConn, done: Vec<Box<dyn Work>>, err: Arc<rusqlite::Error>) {
+    tracing::error!(error = %err, jobs = done.len(), "group commit failed; batch rolled back");
+    if conn.in_transaction() {
+        let _ = conn.batch("ROLLBACK");
     }
-    conn
+    let failed: Durable = Err(err);
+    for work in done {
+        work.answer(&failed);
+    }
 }
 
-/// Runs one fixed statement.
-async fn exec(conn: &mut SqliteConnection, sql: &'static str) -> Result<(), sqlx::Error> {
-    sqlx::query(sql).execute(conn).await.map(|_| ())
+/// Wakes the writer thread when a job's future, pending, can go on.
+struct Unpark(std::thread::Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Runs a job's future to its end on this thread. Every statement a job
+/// awaits is ready at once (the connection is this thread's), so the
+/// first poll completes it; should it ever wait on something else, the
+/// thread parks until that wakes it.
+pub(super) fn block_on<F: Future>(future: F) -> F::Output {
+    thread_local! {
+        static WAKER: Waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    }
+    let mut future = std::pin::pin!(future);
+    WAKER.with(|waker| {
+        let mut cx = Context::from_waker(waker);
+        loop {
+            match future.as_mut().poll(&mut cx) {
+                Poll::Ready(output) => return output,
+                Poll::Pending => std::thread::park(),
+            }
+        }
+    })
 }

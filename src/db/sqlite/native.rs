@@ -1,0 +1,422 @@
+//! The writer's own connection: SQLite's C API through rusqlite (on the
+//! same `libsqlite3-sys` as sqlx), called on the writer's thread.
+//!
+//! sqlx runs each SQLite connection on a worker thread of its own, so every
+//! statement of a write was a round trip between two threads (a savepoint,
+//! the claim, its audit append: three per claim). Here the writer thread
+//! owns the connection and runs each statement where it is: [`Exec`]'s
+//! futures are ready when they are returned. Statements are prepared once
+//! and kept (`prepare_cached`); `$N` parameters are bound by their number,
+//! as sqlx binds them, and a string of several statements runs them in
+//! turn, each binding the numbers it names.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use futures_util::future::{self, BoxFuture};
+use rusqlite::types::{Value as SqlValue, ValueRef};
+use rusqlite::{Connection, OpenFlags};
+use serde_json::{Map, Value};
+
+use crate::db::exec::{Arg, Args, Col, Each, Exec, Row};
+use crate::ledger::storage::{Result, StoreError};
+
+/// Statements kept prepared on the write connection.
+const STATEMENT_CACHE: usize = 256;
+
+/// The write connection and what it keeps between statements.
+pub(crate) struct NativeConn {
+    conn: Connection,
+    /// Each statement's column names, shared by the rows it returns.
+    columns: HashMap<String, Arc<[String]>>,
+}
+
+impl std::fmt::Debug for NativeConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NativeConn").finish_non_exhaustive()
+    }
+}
+
+impl NativeConn {
+    /// Opens (creating) the database file with the settings every pooled
+    /// connection has: WAL, `synchronous=FULL`, the busy timeout, foreign
+    /// keys.
+    ///
+    /// # Errors
+    /// The file cannot be opened or a setting is refused.
+    pub(crate) fn open(path: &Path, busy_timeout: Duration) -> Result<Self, rusqlite::Error> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags)?;
+        conn.busy_timeout(busy_timeout)?;
+        // journal_mode answers with the mode it set.
+        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(rusqlite::Error::InvalidQuery);
+        }
+        conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        Ok(Self {
+            conn,
+            columns: HashMap::new(),
+        })
+    }
+
+    /// Opens the writer's connection: the same settings, without the
+    /// automatic checkpoint (the checkpointer thread runs it).
+    ///
+    /// # Errors
+    /// As [`NativeConn::open`].
+    pub(crate) fn open_writer(
+        path: &Path,
+        busy_timeout: Duration,
+    ) -> Result<Self, rusqlite::Error> {
+        let conn = Self::open(path, busy_timeout)?;
+        conn.conn.execute_batch("PRAGMA wal_autocheckpoint = 0;")?;
+        Ok(conn)
+    }
+
+    /// Opens a read-only connection to the file (`PRAGMA query_only`), with
+    /// the same settings.
+    ///
+    /// # Errors
+    /// As [`NativeConn::open`].
+    pub(crate) fn open_reader(
+        path: &Path,
+        busy_timeout: Duration,
+    ) -> Result<Self, rusqlite::Error> {
+        let conn = Self::open(path, busy_timeout)?;
+        conn.conn.execute_batch("PRAGMA query_only = ON;")?;
+        Ok(conn)
+    }
+
+    /// Runs a fixed statement with no parameters (`BEGIN`, `SAVEPOINT`, …).
+    pub(crate) fn batch(&self, sql: &str) -> Result<(), rusqlite::Error> {
+        self.conn.prepare_cached(sql)?.execute([]).map(|_| ())
+    }
+
+    /// Runs a statement outside any transaction; the first column of its
+    /// first row as an integer, if it returns one.
+    pub(crate) fn scalar(&self, sql: &str) -> Result<Option<i64>, rusqlite::Error> {
+        let mut stmt = self.conn.prepare(sql)?;
+        let mut rows = stmt.raw_query();
+        match rows.next()? {
+            Some(row) => Ok(match row.get_ref(0)? {
+                ValueRef::Integer(i) => Some(i),
+                _ => None,
+            }),
+            None => Ok(None),
+        }
+    }
+
+    /// Whether the connection is inside a transaction.
+    pub(crate) fn in_transaction(&self) -> bool {
+        !self.conn.is_autocommit()
+    }
+
+    /// Runs every statement of `sql` in turn, handing each returned row to
+    /// `each`; the rows the statements changed.
+    fn run(
+        &mut self,
+        sql: &str,
+        args: &[Arg<'_>],
+        each: &mut dyn FnMut(OwnedRow) -> Result<()>,
+    ) -> Result<u64> {
+        let mut changed = 0;
+        for part in statements(sql) {
+            let names = self.column_names(part)?;
+            let mut stmt = self.conn.prepare_cached(part).map_err(StoreError::Sqlite)?;
+            bind(&mut stmt, args)?;
+            let writes = !stmt.readonly();
+            let mut rows = stmt.raw_query();
+            while let Some(row) = rows.next().map_err(StoreError::Sqlite)? {
+                each(OwnedRow::read(row, &names)?)?;
+            }
+            drop(rows);
+            if writes {
+                changed += self.conn.changes();
+            }
+        }
+        Ok(changed)
+    }
+
+    fn column_names(&mut self, sql: &str) -> Result<Arc<[String]>> {
+        if let Some(names) = self.columns.get(sql) {
+            return Ok(names.clone());
+        }
+        let stmt = self.conn.prepare_cached(sql).map_err(StoreError::Sqlite)?;
+        let names: Arc<[String]> = stmt.column_names().iter().map(|n| n.to_string()).collect();
+        drop(stmt);
+        self.columns.insert(sql.to_owned(), names.clone());
+        Ok(names)
+    }
+}
+
+/// A few read-only connections for the claim path's point reads (is this
+/// key settled?), run where they are asked for: a look-up by primary key
+/// in SQLite's page cache takes microseconds, less than a hand-off to one
+/// of sqlx's connection threads and back. Scans stay on sqlx's read pool.
+pub(crate) struct PointReads {
+    conns: Vec<std::sync::Mutex<NativeConn>>,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl std::fmt::Debug for PointReads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PointReads")
+            .field("conns", &self.conns.len())
+            .finish()
+    }
+}
+
+impl PointReads {
+    /// Opens `n` read-only connections.
+    ///
+    /// # Errors
+    /// As [`NativeConn::open`].
+    pub(crate) fn open(
+        path: &Path,
+        busy_timeout: Duration,
+        n: usize,
+    ) -> Result<Self, rusqlite::Error> {
+        let conns = (0..n.max(1))
+            .map(|_| NativeConn::open_reader(path, busy_timeout).map(std::sync::Mutex::new))
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            conns,
+            next: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    /// Every row a read returns, on the first free connection (or, when
+    /// all are busy, the next one's turn).
+    fn rows(&self, sql: &str, args: Args<'_>) -> Result<Vec<Box<dyn Row + 'static>>> {
+        let held = self.conns.iter().find_map(|c| c.try_lock().ok());
+        let mut conn = match held {
+            Some(conn) => conn,
+            None => {
+                let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.conns[i % self.conns.len()]
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+            }
+        };
+        let mut rows: Vec<Box<dyn Row>> = Vec::new();
+        conn.run(sql, &args.into_inner(), &mut |row| {
+            rows.push(Box::new(row));
+            Ok(())
+        })?;
+        Ok(rows)
+    }
+}
+
+impl crate::db::exec::Read for PointReads {
+    fn stream<'e>(
+        &'e self,
+        sql: &'e str,
+        args: Args<'e>,
+    ) -> futures_util::stream::BoxStream<'e, Result<Box<dyn Row + 'static>>> {
+        use futures_util::stream::StreamExt;
+        match self.rows(sql, args) {
+            Ok(rows) => futures_util::stream::iter(rows.into_iter().map(Ok)).boxed(),
+            Err(err) => futures_util::stream::once(future::ready(Err(err))).boxed(),
+        }
+    }
+}
+
+impl Exec for NativeConn {
+    fn execute<'e>(&'e mut self, sql: &'e str, args: Args<'e>) -> BoxFuture<'e, Result<u64>> {
+        let done = self.run(sql, &args.into_inner(), &mut |_| Ok(()));
+        Box::pin(future::ready(done))
+    }
+
+    fn fetch<'e>(
+        &'e mut self,
+        sql: &'e str,
+        args: Args<'e>,
+        each: Each<'e>,
+    ) -> BoxFuture<'e, Result<()>> {
+        let done = self
+            .run(sql, &args.into_inner(), &mut |row| each(&row))
+            .map(|_| ());
+        Box::pin(future::ready(done))
+    }
+}
+
+/// The statements of a string, split at each `;` outside quotes (the
+/// audit append on SQLite is two statements in one string).
+fn statements(sql: &str) -> impl Iterator<Item = &str> {
+    let mut parts = Vec::new();
+    if !sql.contains(';') {
+        parts.push(sql);
+    } else {
+        let (mut start, mut quote) = (0, None::<u8>);
+        for (i, b) in sql.bytes().enumerate() {
+            match (quote, b) {
+                (Some(q), b) if b == q => quote = None,
+                (Some(_), _) => {}
+                (None, b'\'' | b'"') => quote = Some(b),
+                (None, b';') => {
+                    parts.push(&sql[start..i]);
+                    start = i + 1;
+                }
+                (None, _) => {}
+            }
+        }
+        parts.push(&sql[start..]);
+    }
+    parts.into_iter().filter(|p| !p.trim().is_empty())
+}
+
+/// Binds `$N` (and `?N`) to the N-th argument, as sqlx does; a bare `?`
+/// takes the next one.
+fn bind(stmt: &mut rusqlite::Statement<'_>, args: &[Arg<'_>]) -> Result<()> {
+    let mut next = 0;
+    for index in 1..=stmt.parameter_count() {
+        let number = match stmt.parameter_name(index) {
+            Some(name) => name[1..]
+                .parse::<usize>()
+                .map_err(|_| StoreError::Corrupt(format!("parameter {name} is not numbered")))?,
+            None => {
+                next += 1;
+                next
+            }
+        };
+        let arg = number
+            .checked_sub(1)
+            .and_then(|i| args.get(i))
+            .ok_or_else(|| StoreError::Corrupt(format!("no argument for parameter ${number}")))?;
+        let bound = match arg {
+            Arg::Int(v) => stmt.raw_bind_parameter(index, v),
+            Arg::Text(v) => stmt.raw_bind_parameter(index, v.as_deref()),
+            Arg::Bytes(v) => stmt.raw_bind_parameter(index, v.as_deref()),
+            Arg::Bool(v) => stmt.raw_bind_parameter(index, v.map(i64::from)),
+            Arg::Float(v) => stmt.raw_bind_parameter(index, v),
+        };
+        bound.map_err(StoreError::Sqlite)?;
+    }
+    Ok(())
+}
+
+/// A returned row, copied out of the statement (a rusqlite row borrows
+/// its statement, which may not cross threads).
+struct OwnedRow {
+    names: Arc<[String]>,
+    values: Vec<SqlValue>,
+}
+
+impl OwnedRow {
+    fn read(row: &rusqlite::Row<'_>, names: &Arc<[String]>) -> Result<Self> {
+        let values = (0..names.len())
+            .map(|i| row.get::<_, SqlValue>(i))
+            .collect::<Result<_, _>>()
+            .map_err(StoreError::Sqlite)?;
+        Ok(Self {
+            names: names.clone(),
+            values,
+        })
+    }
+
+    fn value(&self, col: Col<'_>) -> Result<&SqlValue> {
+        let index = match col {
+            Col::At(i) => Some(i),
+            Col::Name(name) => self.names.iter().position(|n| n == name),
+        };
+        index
+            .and_then(|i| self.values.get(i))
+            .ok_or_else(|| StoreError::Corrupt(format!("{col} is not in the row")))
+    }
+}
+
+fn mismatch<T>(col: Col<'_>, want: &str, got: &SqlValue) -> Result<T> {
+    Err(StoreError::Corrupt(format!(
+        "{col} holds {:?}, not {want}",
+        got.data_type()
+    )))
+}
+
+impl Row for OwnedRow {
+    fn int(&self, col: Col<'_>) -> Result<Option<i64>> {
+        match self.value(col)? {
+            SqlValue::Null => Ok(None),
+            SqlValue::Integer(i) => Ok(Some(*i)),
+            other => mismatch(col, "an integer", other),
+        }
+    }
+
+    fn text(&self, col: Col<'_>) -> Result<Option<String>> {
+        match self.value(col)? {
+            SqlValue::Null => Ok(None),
+            SqlValue::Text(t) => Ok(Some(t.clone())),
+            other => mismatch(col, "text", other),
+        }
+    }
+
+    fn bytes(&self, col: Col<'_>) -> Result<Option<Vec<u8>>> {
+        match self.value(col)? {
+            SqlValue::Null => Ok(None),
+            SqlValue::Blob(b) => Ok(Some(b.clone())),
+            SqlValue::Text(t) => Ok(Some(t.clone().into_bytes())),
+            other => mismatch(col, "bytes", other),
+        }
+    }
+
+    fn boolean(&self, col: Col<'_>) -> Result<Option<bool>> {
+        match self.value(col)? {
+            SqlValue::Null => Ok(None),
+            SqlValue::Integer(i) => Ok(Some(*i != 0)),
+            other => mismatch(col, "a boolean", other),
+        }
+    }
+
+    fn float(&self, col: Col<'_>) -> Result<Option<f64>> {
+        match self.value(col)? {
+            SqlValue::Null => Ok(None),
+            SqlValue::Real(f) => Ok(Some(*f)),
+            SqlValue::Integer(i) => Ok(Some(*i as f64)),
+            other => mismatch(col, "a number", other),
+        }
+    }
+
+    fn to_json(&self) -> Map<String, Value> {
+        self.names
+            .iter()
+            .zip(&self.values)
+            .map(|(name, value)| {
+                let json = match value {
+                    SqlValue::Null => Value::Null,
+                    SqlValue::Integer(i) => Value::from(*i),
+                    SqlValue::Real(f) => Value::from(*f),
+                    SqlValue::Text(t) => Value::String(t.clone()),
+                    SqlValue::Blob(b) => match String::from_utf8(b.clone()) {
+                        Ok(text) => Value::String(text),
+                        Err(e) => serde_json::json!({ "base64": STANDARD.encode(e.into_bytes()) }),
+                    },
+                };
+                (name.clone(), json)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::statements;
+
+    #[test]
+    fn splits_at_semicolons_outside_quotes() {
+        let parts: Vec<_> =
+            statements("INSERT INTO t VALUES ('a;b'); UPDATE t SET x = \";\"").collect();
+        assert_eq!(
+            parts,
+            ["INSERT INTO t VALUES ('a;b')", " UPDATE t SET x = \";\""]
+        );
+        assert_eq!(statements("SELECT 1").collect::<Vec<_>>(), ["SELECT 1"]);
+        assert_eq!(statements("SELECT 1;").collect::<Vec<_>>(), ["SELECT 1"]);
+    }
+}
