@@ -4,13 +4,10 @@ use crate::approval::{
     ApproverAuth, AuthMethod, Challenge, ChallengeState, NewChallenge, StagedEffect, StoredSession,
 };
 
+use super::corrupt;
 use crate::db::exec::{FromRow, Row};
-use crate::ledger::storage::{Result, StoreError};
+use crate::ledger::storage::Result;
 use crate::validate::port::StoredOutput;
-
-fn corrupt(what: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(what.to_string())
-}
 
 fn json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T> {
     serde_json::from_str(text).map_err(corrupt)

@@ -3,16 +3,13 @@
 
 use serde_json::Value;
 
+use super::corrupt;
 use crate::db::exec::{FromRow, Row};
 use crate::deadletter::jobs::Progress;
 use crate::deadletter::{DeadLetter, JobItem, ReplayJob, RunLink};
 use crate::ingress::{RawEvent, RawStatus};
 use crate::ledger::storage::{Result, StoreError};
 use crate::ledger::PayloadHash;
-
-fn corrupt(what: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(what.to_string())
-}
 
 fn json_or_null(text: Option<&str>) -> Result<Option<Value>, StoreError> {
     text.map(serde_json::from_str).transpose().map_err(corrupt)

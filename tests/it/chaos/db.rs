@@ -86,6 +86,15 @@ pub async fn sending_keys(url: &str) -> Vec<String> {
     .await
 }
 
+/// The effects whose outcome the dispatcher has declared unknown.
+pub async fn unknown_keys(url: &str) -> Vec<String> {
+    texts(
+        url,
+        "SELECT idempotency_key FROM effects WHERE state = 'unknown'",
+    )
+    .await
+}
+
 /// Whether every effect and run has reached a state no worker moves again
 /// (an `unknown` effect whose run is dead-lettered waits for a person).
 pub async fn settled(url: &str) -> bool {

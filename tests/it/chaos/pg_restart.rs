@@ -114,9 +114,10 @@ async fn postgres_crash_and_restart_mid_load_loses_nothing() {
 
 /// Crashes PostgreSQL, keeps delivering while it is down, starts it again,
 /// and returns the effects whose outcome the outage may have cut off: those
-/// leased (`sending`) just before the crash, and those leased between that
-/// look and the crash (still leased after it, as no lease outlives 4 s and
-/// the outage is shorter).
+/// leased (`sending`) just before the crash, those leased between that look
+/// and the crash (still leased after it), and those whose lease ran out
+/// while the database was away and which the dispatcher has since declared
+/// `unknown` (on a loaded machine PostgreSQL's restart can outlast a lease).
 async fn outage(
     cluster: &Arc<Cluster>,
     provider: &mut Provider,
@@ -125,6 +126,7 @@ async fn outage(
     rng: &mut ChaCha8Rng,
 ) -> Crash {
     let mut in_flight = db::sending_keys(url).await;
+    let unknown_before = db::unknown_keys(url).await;
     let restart = {
         let cluster = Arc::clone(cluster);
         tokio::task::spawn_blocking(move || {
@@ -139,6 +141,12 @@ async fn outage(
     }
     restart.await.unwrap();
     in_flight.extend(db::sending_keys(url).await);
+    in_flight.extend(
+        db::unknown_keys(url)
+            .await
+            .into_iter()
+            .filter(|key| !unknown_before.contains(key)),
+    );
     in_flight.sort();
     in_flight.dedup();
     Crash { in_flight }
