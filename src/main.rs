@@ -62,6 +62,9 @@ fn init_logging(format: LogFormat, level: &str) -> WorkerGuard {
     let filter = EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| EnvFilter::new(level));
     let (writer, guard) = NonBlockingBuilder::default()
         .lossy(true)
+        // A stuck sink holds at most this many lines (a few MiB), not the
+        // default 128,000.
+        .buffered_lines_limit(8192)
         .thread_name("oncegate-log")
         .finish(std::io::stderr());
     let builder = tracing_subscriber::fmt()
