@@ -198,8 +198,13 @@ mod armed {
     }
 
     fn die(name: &str, hit: u64) -> ! {
+        use std::io::Write;
         // Unbuffered, so the line is out before the signal lands.
-        eprintln!("oncegate chaos: crash point {name} reached (hit {hit}); SIGKILL");
+        // A closed stderr must not turn the crash into a panic.
+        let _ = writeln!(
+            std::io::stderr(),
+            "oncegate chaos: crash point {name} reached (hit {hit}); SIGKILL"
+        );
         #[cfg(unix)]
         {
             let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);

@@ -73,6 +73,13 @@ pub enum ApiError {
         /// The limit in bytes.
         limit: usize,
     },
+    /// Unauthenticated request bodies already fill their budget; the
+    /// caller should retry later.
+    #[error("the server holds as many unauthenticated request bodies as it may ({budget} bytes); retry later")]
+    BodyBudget {
+        /// `[server] unauthenticated_body_budget_bytes`.
+        budget: usize,
+    },
     /// The request took longer than the configured timeout.
     #[error("the request did not finish within {0} ms")]
     Timeout(u64),
@@ -152,7 +159,7 @@ impl ApiError {
             Self::OutputInvalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::ApprovalRefused(refusal) => refusal_status(refusal),
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable(_) | Self::BodyBudget { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -176,6 +183,7 @@ impl ApiError {
             Self::ApprovalRefused(refusal) => refusal.slug(),
             Self::Internal(_) => "internal",
             Self::Unavailable(_) => "database-unavailable",
+            Self::BodyBudget { .. } => "body-budget-exhausted",
         }
     }
 }
@@ -286,7 +294,7 @@ impl IntoResponse for ApiError {
         if matches!(self, Self::Unauthorized) {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
-        if matches!(self, Self::Unavailable(_)) {
+        if matches!(self, Self::Unavailable(_) | Self::BodyBudget { .. }) {
             headers.insert(
                 header::RETRY_AFTER,
                 HeaderValue::from_static(UNAVAILABLE_RETRY_AFTER_SECS),

@@ -1,15 +1,17 @@
 //! Liveness, readiness and the metrics scrape.
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 
+use super::error::ApiError;
 use crate::state::AppState;
 
-/// `/healthz`, `/readyz` and `/metrics` (no token: probes and scrapers).
+/// `/healthz`, `/readyz` and `/metrics` (no token: probes and scrapers;
+/// `/metrics` takes one when `[server] metrics_token_digest` is set).
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/healthz", get(healthz))
@@ -23,10 +25,11 @@ pub(super) async fn healthz() -> impl IntoResponse {
     Json(json!({ "status": "ok" }))
 }
 
-/// The database answers.
+/// The database answers and takes writes (a read-only database is not
+/// ready: every claim and delivery would be refused).
 #[utoipa::path(get, path = "/readyz", tag = "ops", responses(
     (status = 200, description = "Ready"),
-    (status = 503, description = "The database does not answer"),
+    (status = 503, description = "The database does not answer, or takes no writes"),
 ))]
 pub(super) async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
     match app.store.ping().await {
@@ -47,10 +50,37 @@ pub(super) async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
 /// Prometheus text format: the counters and histograms, and the gauges
 /// read from the database now (backlog, held effects, stale leases, dead
 /// letters, kill switch).
-#[utoipa::path(get, path = "/metrics", tag = "ops", responses((status = 200, description = "Prometheus text format")))]
-pub(super) async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
-    (
+#[utoipa::path(get, path = "/metrics", tag = "ops", responses(
+    (status = 200, description = "Prometheus text format"),
+    (status = 401, description = "`[server] metrics_token_digest` is set and the bearer token is not that token", body = super::Problem),
+))]
+pub(super) async fn metrics(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+) -> Result<impl IntoResponse, ApiError> {
+    if let Some(digest) = &app.config.server.metrics_token_digest {
+        if !bearer_has_digest(&headers, digest) {
+            return Err(ApiError::Unauthorized);
+        }
+    }
+    Ok((
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         app.metrics.scrape(app.store.as_ref()).await,
-    )
+    ))
+}
+
+/// Whether the bearer token's digest is `digest` (compared in constant time).
+fn bearer_has_digest(headers: &HeaderMap, digest: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    let Some(token) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    crate::tokens::digest(token.trim())
+        .as_bytes()
+        .ct_eq(digest.as_bytes())
+        .into()
 }

@@ -27,12 +27,13 @@ pub(crate) fn router() -> Router<AppState> {
     responses(
         (status = 200, description = "Accepted, duplicate, or quarantined: {\"received\":true,…}"),
         (status = 400, description = "Unreadable body, or no event id", body = super::Problem),
+        (status = 408, description = "The body stalled past `[server] body_read_timeout_ms`; nothing stored", body = super::Problem),
         (status = 401, description = "Signature refused; nothing stored", body = super::Problem),
         (status = 404, description = "Unknown source", body = super::Problem),
         (status = 409, description = "In flight, and the source asks providers to retry", body = super::Problem),
         (status = 413, description = "Body over the source's limit; nothing stored", body = super::Problem),
         (status = 422, description = "Conflicting body, and the source rejects", body = super::Problem),
-        (status = 503, description = "The database is unavailable (down, restarting, read-only, full); nothing was acknowledged, redeliver later", body = super::Problem),
+        (status = 503, description = "The database is unavailable (down, restarting, read-only, full), or unauthenticated bodies fill their budget; nothing was acknowledged, redeliver later", body = super::Problem),
     ))]
 pub(crate) async fn receive(
     State(app): State<AppState>,
@@ -45,7 +46,7 @@ pub(crate) async fn receive(
     let limit = intake.body_limit(&name)?;
     let body = to_bytes(body, limit)
         .await
-        .map_err(|_| ApiError::TooLarge { limit })?;
+        .map_err(|err| unreadable(err, limit, app.config.server.body_read_timeout_ms))?;
     let delivery = Delivery {
         headers: &headers,
         body: &body,
@@ -73,6 +74,26 @@ pub(crate) async fn receive(
         Answer::Quarantined => json!({ "received": true, "quarantined": true }),
     };
     Ok(Json(body).into_response())
+}
+
+/// Why a body could not be read: over the limit (413), stalled past the
+/// body read timeout (408), or cut off (400).
+fn unreadable(err: axum::Error, limit: usize, timeout_ms: u64) -> ApiError {
+    let err = err.into_inner();
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err.as_ref());
+    while let Some(e) = cause {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return ApiError::TooLarge { limit };
+        }
+        if e.is::<tower_http::timeout::TimeoutError>() {
+            return ApiError::Timeout(timeout_ms);
+        }
+        cause = e.source();
+    }
+    ApiError::Invalid {
+        field: None,
+        detail: format!("the request body could not be read: {err}"),
+    }
 }
 
 /// 409 with `Retry-After`: the provider redelivers later.

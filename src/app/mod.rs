@@ -15,7 +15,9 @@
 //! Nothing imports this module but the command line ([`crate::cli`]) and
 //! the tests: the parts, the API and the console never reach up into it.
 
+mod budget;
 mod build;
+mod listener;
 pub mod maintenance;
 mod router;
 mod serve;

@@ -2,7 +2,6 @@
 //! start the workers, serve HTTP until shutdown, then drain the workers
 //! and close the store.
 
-use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +10,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::build::{build_state, open_store};
+use super::listener::{serve_connections, ConnectionLimits};
 use super::workers::Workers;
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::Config;
@@ -57,8 +57,11 @@ pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<()> {
 }
 
 /// Shows the first-start admin token, the only time it is ever shown.
+/// A stdout that cannot be written is ignored (`println!` would panic).
 fn print_bootstrap_token(token: &str) {
-    println!(
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stdout(),
         "No API token is configured, so oncegate created one admin token.\n\
          It is shown only this once (only its digest is stored):\n\n    {token}\n\n\
          Use it as `Authorization: Bearer <token>`. Configure [[tokens]] \
@@ -67,24 +70,24 @@ fn print_bootstrap_token(token: &str) {
 }
 
 /// Serves the app on `listener` until `shutdown` is cancelled, then lets
-/// in-flight requests finish (up to the configured grace period).
+/// in-flight requests finish (up to the configured grace period). The
+/// connections are served under the `[server]` limits (see
+/// [`super::listener`]).
 ///
 /// # Errors
-/// The server failed to accept connections.
+/// None today (a failed accept is logged and retried); the `Result` keeps
+/// the callers' shape.
 pub async fn run_server(
     listener: TcpListener,
     state: AppState,
     shutdown: CancellationToken,
 ) -> Result<()> {
     let grace = Duration::from_millis(state.config.server.shutdown_grace_ms);
+    let limits = ConnectionLimits::from_config(&state.config.server);
     let app = super::router(state);
-    let stopped = shutdown.clone();
-    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
-    let server =
-        axum::serve(listener, app).with_graceful_shutdown(async move { stopped.cancelled().await });
-    let mut server = std::pin::pin!(server.into_future());
+    let server = serve_connections(listener, app, limits, shutdown.clone());
     tokio::select! {
-        result = &mut server => result.context("serving HTTP")?,
+        () = server => {},
         () = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
             tracing::warn!(grace_ms = grace.as_millis() as u64, "in-flight requests outlived the shutdown grace period");
         }
@@ -117,8 +120,9 @@ pub fn shutdown_on_signal() -> CancellationToken {
         }
         #[cfg(not(unix))]
         let _ = ctrl_c.await;
-        tracing::info!("shutdown signal received; finishing in-flight requests");
+        // Cancel first: shutdown must not wait on the log sink.
         cancel.cancel();
+        tracing::info!("shutdown signal received; finishing in-flight requests");
     });
     token
 }

@@ -252,7 +252,8 @@ impl Config {
     }
 
     /// The checks that read two sections: every source forwards to a
-    /// declared target, approval links have an address when operations are
+    /// declared target and fits in the unauthenticated body budget,
+    /// approval links have an address when operations are
     /// gated, and a dispatcher lease outlives the slowest target's send.
     fn validate_relations(&self) -> Result<(), ConfigError> {
         for (i, source) in self.sources.iter().enumerate() {
@@ -266,6 +267,13 @@ impl Config {
             target
                 .join(&source.path)
                 .map_err(|e| ConfigError::field(at("path"), e))?;
+            // A delivery that can never fit in the budget could never be read.
+            if source.max_body_bytes > self.server.unauthenticated_body_budget_bytes {
+                return Err(ConfigError::field(
+                    at("max_body_bytes"),
+                    "must not exceed server.unauthenticated_body_budget_bytes",
+                ));
+            }
         }
         let gated = self.operations.iter().any(|op| {
             matches!(

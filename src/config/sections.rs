@@ -26,6 +26,30 @@ pub struct ServerConfig {
     /// (`https://…`; plain http only on loopback). Default: the listen
     /// address when it is loopback.
     pub public_base_url: Option<String>,
+    /// A client must send a request's whole head (request line and
+    /// headers) within this long of the connection opening or the previous
+    /// response, in milliseconds, or its connection is closed.
+    pub header_read_timeout_ms: u64,
+    /// A request body that sends nothing for this long is abandoned
+    /// (408), in milliseconds.
+    pub body_read_timeout_ms: u64,
+    /// A connection on which no byte is read or written for this long is
+    /// closed, whatever it is doing (e.g. a client that stopped reading its
+    /// response), in milliseconds.
+    pub idle_timeout_ms: u64,
+    /// Most connections served at once; a connection beyond them is closed
+    /// as soon as it is accepted. Keep it well under the open-file limit
+    /// (`ulimit -n`), which the database and the targets share.
+    pub max_connections: usize,
+    /// Most bytes of request bodies held at once for requests that are not
+    /// authenticated yet (webhook deliveries, sign-in and approval forms);
+    /// a body beyond it is answered 503 with `Retry-After`.
+    pub unauthenticated_body_budget_bytes: usize,
+    /// When set (a `sha256:` digest, as `oncegate token new` prints),
+    /// `/metrics` needs `Authorization: Bearer <token>` for the token with
+    /// this digest. Unset: `/metrics` answers anyone who reaches the
+    /// listener.
+    pub metrics_token_digest: Option<String>,
 }
 
 impl ServerConfig {
@@ -56,6 +80,15 @@ impl ServerConfig {
                 "must be positive",
             ));
         }
+        self.validate_limits()?;
+        if let Some(digest) = &self.metrics_token_digest {
+            if !is_digest(digest) {
+                return Err(ConfigError::field(
+                    "server.metrics_token_digest",
+                    "must be sha256:<64 lowercase hex digits> (`oncegate token new` prints one)",
+                ));
+            }
+        }
         if let Some(base) = &self.public_base_url {
             let url = url::Url::parse(base).map_err(|e| {
                 ConfigError::field("server.public_base_url", format!("not a URL: {e}"))
@@ -77,6 +110,36 @@ impl ServerConfig {
     }
 }
 
+impl ServerConfig {
+    /// The connection limits: timeouts positive, a cap and a budget.
+    fn validate_limits(&self) -> Result<(), ConfigError> {
+        for (field, ms) in [
+            ("server.header_read_timeout_ms", self.header_read_timeout_ms),
+            ("server.body_read_timeout_ms", self.body_read_timeout_ms),
+            ("server.idle_timeout_ms", self.idle_timeout_ms),
+        ] {
+            if ms == 0 {
+                return Err(ConfigError::field(field, "must be positive"));
+            }
+        }
+        if self.max_connections == 0 {
+            return Err(ConfigError::field(
+                "server.max_connections",
+                "must be positive",
+            ));
+        }
+        if self.unauthenticated_body_budget_bytes < self.max_body_bytes
+            || self.unauthenticated_body_budget_bytes > u32::MAX as usize
+        {
+            return Err(ConfigError::field(
+                "server.unauthenticated_body_budget_bytes",
+                "must be at least server.max_body_bytes and at most 4294967295",
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
@@ -85,6 +148,12 @@ impl Default for ServerConfig {
             request_timeout_ms: 30_000,
             shutdown_grace_ms: 30_000,
             public_base_url: None,
+            header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 10_000,
+            idle_timeout_ms: 60_000,
+            max_connections: 512,
+            unauthenticated_body_budget_bytes: 16 * 1024 * 1024,
+            metrics_token_digest: None,
         }
     }
 }

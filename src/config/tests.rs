@@ -138,3 +138,30 @@ fn database_urls_lose_only_their_password() {
     assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
     assert_eq!(redact_url("sqlite://oncegate.db"), "sqlite://oncegate.db");
 }
+
+#[test]
+fn connection_limits_are_checked() {
+    for (text, field) in [
+        (
+            "header_read_timeout_ms = 0",
+            "server.header_read_timeout_ms",
+        ),
+        ("body_read_timeout_ms = 0", "server.body_read_timeout_ms"),
+        ("idle_timeout_ms = 0", "server.idle_timeout_ms"),
+        ("max_connections = 0", "server.max_connections"),
+        (
+            "unauthenticated_body_budget_bytes = 1024",
+            "server.unauthenticated_body_budget_bytes",
+        ),
+        (
+            "metrics_token_digest = \"og_plain_token\"",
+            "server.metrics_token_digest",
+        ),
+    ] {
+        let err = load_text(&format!("[server]\n{text}\n"), &[]).unwrap_err();
+        assert!(err.to_string().contains(field), "{text}: {err}");
+    }
+    let server = Config::load(None, Vec::new()).unwrap().server;
+    assert_eq!(server.max_connections, 512);
+    assert_eq!(server.unauthenticated_body_budget_bytes, 16 * 1024 * 1024);
+}

@@ -115,7 +115,8 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Applies pending migrations.
     fn migrate(&self) -> impl Future<Output = Result<()>> + Send;
 
-    /// Checks that the database answers.
+    /// Checks that the database answers and takes writes, without
+    /// changing anything.
     fn ping(&self) -> impl Future<Output = Result<()>> + Send;
 
     /// Writes a consistent copy of the database to `dest` while serving.
@@ -188,10 +189,13 @@ pub trait Admin: Send + Sync {
     /// migrations this binary does not know.
     async fn migrate(&self) -> Result<()>;
 
-    /// Checks that the database answers.
+    /// Checks that the database answers and takes writes, without
+    /// changing anything (the readiness probe).
     ///
     /// # Errors
-    /// [`StoreError::Database`] when it does not.
+    /// [`StoreError::Database`] when it does not answer,
+    /// [`StoreError::ReadOnly`] or SQLite's `SQLITE_READONLY` when it
+    /// takes no writes.
     async fn ping(&self) -> Result<()>;
 
     /// Takes (or renews) the lease of a periodic job for `lease_ms`; `false`

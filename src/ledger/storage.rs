@@ -49,6 +49,10 @@ pub enum StoreError {
     /// A backup could not be written or checked.
     #[error("backup failed: {0}")]
     Backup(String),
+    /// The database answers but takes no writes (a standby, a read-only
+    /// default): found by the readiness check.
+    #[error("the database takes no writes (read-only or a standby)")]
+    ReadOnly,
     /// The database URL names no supported backend.
     #[error("unsupported database URL {0:?}: use sqlite://PATH or postgres://…")]
     UnsupportedUrl(String),

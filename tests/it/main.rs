@@ -31,6 +31,8 @@ mod n8n;
 mod process;
 mod redaction;
 mod retention;
+// The listener under hostile clients and a broken log sink (issue 25).
+mod serve_limits;
 mod target;
 // The operator console.
 mod browser;

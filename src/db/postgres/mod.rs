@@ -174,7 +174,15 @@ impl Backend for PgBackend {
     }
 
     async fn ping(&self) -> Result<()> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        // A standby or a read-only default answers reads but no write.
+        let (writable,): (bool,) = sqlx::query_as(
+            "SELECT current_setting('transaction_read_only') = 'off' AND NOT pg_is_in_recovery()",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        if !writable {
+            return Err(StoreError::ReadOnly);
+        }
         Ok(())
     }
 

@@ -65,6 +65,9 @@ pub(crate) async fn sqlite(connect: &SqliteConnectOptions, dest: &Path) -> Resul
         .to_str()
         .ok_or_else(|| fail("the backup path is not UTF-8"))?
         .to_owned();
+    // VACUUM INTO fills an empty file as it is, so the copy is never
+    // readable by others, not even for a moment.
+    create_private(&tmp).map_err(fail)?;
     let mut conn = SqliteConnection::connect_with(connect).await?;
     let copied = sqlx::query("VACUUM INTO $1")
         .bind(&tmp_text)
@@ -85,6 +88,24 @@ pub(crate) async fn sqlite(connect: &SqliteConnectOptions, dest: &Path) -> Resul
         .and_then(|d| d.sync_all())
         .map_err(fail)?;
     Ok(())
+}
+
+/// Creates `path` empty and readable by its owner only (0600), unless it
+/// exists. The database holds payloads and token digests; SQLite gives its
+/// `-wal` and `-shm` files the main file's mode.
+///
+/// # Errors
+/// The file cannot be created.
+pub(crate) fn create_private(path: &Path) -> std::io::Result<()> {
+    let mut open = std::fs::OpenOptions::new();
+    open.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
+    match open.open(path) {
+        Ok(_) => Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(err) => Err(err),
+    }
 }
 
 async fn check_and_sync(tmp: &Path, tmp_text: &str) -> Result<()> {

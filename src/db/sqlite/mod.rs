@@ -88,6 +88,9 @@ impl Db<SqliteBackend> {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_millis(options.busy_timeout_ms))
             .foreign_keys(true);
+        // Created here, before SQLite would create it with the umask's mode.
+        backup::create_private(connect.get_filename())
+            .map_err(|e| StoreError::Database(sqlx::Error::Io(e)))?;
         let st = Arc::new(Statements::new(Dialect::Sqlite).redacting(options.redaction.clone()));
         let settings = WriterSettings {
             path: connect.get_filename().to_owned(),
@@ -188,6 +191,12 @@ impl Backend for SqliteBackend {
 
     async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1").execute(&self.read.0).await?;
+        // Through the writer: an UPDATE that matches no row still needs a
+        // writable database (SQLITE_READONLY otherwise: a read-only file or
+        // mount, `query_only`), and changes no page.
+        self.write
+            .between_batches("UPDATE _sqlx_migrations SET version = version WHERE 0")
+            .await?;
         Ok(())
     }
 
