@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use futures_util::stream::BoxStream;
 
 use super::checkpoint::{ChainHead, Checkpoint, CheckpointWrite, HeadRow};
+use super::verify::StoredEffect;
 use super::{AuditRecord, ChainAnchor, ScanRow, Verification};
 use crate::ledger::storage::Result;
 use crate::ledger::{IdempotencyKey, Namespace};
@@ -32,6 +33,10 @@ pub trait AuditStore: Send + Sync + std::fmt::Debug {
     /// Per key (one namespace, or all): the run row's head, the
     /// checkpointed head, then the events by sequence; one snapshot.
     fn audit_scan<'a>(&'a self, namespace: Option<&'a str>) -> BoxStream<'a, Result<ScanRow>>;
+
+    /// Every effect's sealed fields as stored now (one namespace, or all).
+    fn effect_scan<'a>(&'a self, namespace: Option<&'a str>)
+        -> BoxStream<'a, Result<StoredEffect>>;
 
     /// The latest checkpoint's head list, sorted bytewise.
     fn checkpointed_heads(&self) -> BoxStream<'_, Result<ChainHead>>;

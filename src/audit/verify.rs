@@ -6,6 +6,8 @@
 //! sequence order, so a verify running beside a live service never
 //! mistakes a write in flight for a deletion.
 
+use std::collections::HashMap;
+
 use futures_util::StreamExt;
 use serde::Serialize;
 
@@ -16,6 +18,8 @@ use super::port::AuditStore;
 use super::AuditRecord;
 use crate::clock::Millis;
 use crate::ledger::storage::Result;
+use crate::outbox::seal::{EffectSeal, EFFECT_QUEUED};
+use crate::outbox::Effect;
 
 /// One row of the verification scan.
 #[derive(Debug, Clone, PartialEq)]
@@ -173,10 +177,12 @@ pub async fn verify(store: &dyn AuditStore, namespace: Option<&str>) -> Result<V
     if let Some(latest) = latest {
         check_head_list(store, latest, &mut report).await?;
     }
+    let mut seals = Seals::default();
     let mut rows = store.audit_scan(namespace);
     let mut group = Chain::default();
     while let Some(row) = rows.next().await {
         let row = row?;
+        seals.add(&row);
         let (ns, key) = row.key();
         if group.namespace != ns || group.key != key {
             if group.started {
@@ -189,7 +195,77 @@ pub async fn verify(store: &dyn AuditStore, namespace: Option<&str>) -> Result<V
     if group.started {
         group.finish(latest, &mut report);
     }
+    drop(rows);
+    let mut effects = store.effect_scan(namespace);
+    while let Some(effect) = effects.next().await {
+        seals.check(&effect?, &mut report);
+    }
     Ok(report)
+}
+
+/// One effect's sealed fields as its row holds them now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredEffect {
+    /// Effect id.
+    pub id: String,
+    /// Its run's namespace.
+    pub namespace: String,
+    /// Its run's key.
+    pub key: String,
+    /// Its method, URL, headers and body, sealed as at commit.
+    pub seal: EffectSeal,
+}
+
+impl StoredEffect {
+    /// The fields of a stored effect.
+    pub fn of(effect: Effect) -> Self {
+        let n = &effect.new;
+        Self {
+            seal: EffectSeal::of(&n.method, &n.url, &n.headers, n.body.as_deref()),
+            id: effect.id,
+            namespace: effect.namespace,
+            key: effect.key,
+        }
+    }
+}
+
+/// The effects sealed in the chains walked: effect id → (seq, seal).
+#[derive(Debug, Default)]
+struct Seals(HashMap<String, (i64, EffectSeal)>);
+
+impl Seals {
+    fn add(&mut self, row: &ScanRow) {
+        let ScanRow::Event(record) = row else { return };
+        if record.entry.kind != EFFECT_QUEUED {
+            return;
+        }
+        if let Some((id, seal)) = EffectSeal::from_detail(&record.entry.detail) {
+            self.0.insert(id, (record.entry.seq, seal));
+        }
+    }
+
+    /// An effect row against its seal; an effect queued before sealing
+    /// (no entry) is not compared.
+    fn check(&self, effect: &StoredEffect, report: &mut VerifyReport) {
+        let Some((seq, sealed)) = self.0.get(&effect.id) else {
+            return;
+        };
+        let changed = sealed.differences(&effect.seal);
+        if changed.is_empty() {
+            return;
+        }
+        report.push(Finding {
+            table: "effects".into(),
+            namespace: effect.namespace.clone(),
+            key: effect.key.clone(),
+            row: Some(*seq),
+            problem: format!(
+                "effect {}: its {} no longer match(es) the {EFFECT_QUEUED} entry that sealed it (edited)",
+                effect.id,
+                changed.join(", ")
+            ),
+        });
+    }
 }
 
 /// The checkpoint chain: consecutive ids, links, and each row's own hash.

@@ -347,14 +347,17 @@ async fn execute(
 
 type Query<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
 
-/// An intake's approval entry: its hash and detail (before the entries' time).
+/// An intake's approval and seal entries: their hashes and details
+/// (before the entries' time).
 fn bind_intakes<'q>(query: Query<'q>, leading: &[&Waiting]) -> Query<'q> {
     fn of(w: &Waiting) -> &PreparedIntake {
         w.intake.as_deref().expect("an intake batch holds intakes")
     }
     let h2: Vec<String> = leading.iter().map(|w| of(w).head.clone()).collect();
     let d2: Vec<String> = leading.iter().map(|w| of(w).detail.clone()).collect();
-    query.bind(h2).bind(d2)
+    let h3: Vec<String> = leading.iter().map(|w| of(w).seal_head.clone()).collect();
+    let d3: Vec<String> = leading.iter().map(|w| of(w).seal_detail.clone()).collect();
+    query.bind(h2).bind(d2).bind(h3).bind(d3)
 }
 
 /// An intake's forward effect and raw event.

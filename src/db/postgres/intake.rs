@@ -25,14 +25,19 @@ use crate::db::tx::to_json;
 use crate::ingress::RawEvent;
 use crate::ledger::storage::Result;
 use crate::ledger::{reclaimable_sql, ClaimRequest, Move, RunState};
+use crate::outbox::seal::{EffectSeal, EFFECT_QUEUED};
 use crate::outbox::{EffectState, NewEffect};
 
 /// What an intake brings to its batch besides its claim: the approval's
 /// audit entry, the forward effect and the raw event, as stored.
 pub(crate) struct PreparedIntake {
-    /// The approval entry's hash (the run's chain head).
+    /// The approval entry's hash.
     pub(crate) head: String,
     pub(crate) detail: String,
+    /// The forward effect's seal entry ([`crate::outbox::seal`]): its
+    /// hash (the run's chain head) and detail.
+    pub(crate) seal_head: String,
+    pub(crate) seal_detail: String,
     pub(crate) effect_id: String,
     pub(crate) forward: NewEffect,
     pub(crate) effect_headers: String,
@@ -69,10 +74,28 @@ impl PreparedIntake {
             detail,
             created_at: claim.created_at,
         };
+        let head = entry.chain_hash(Some(&claim.hash));
+        let effect_id = uuid::Uuid::now_v7().to_string();
+        let seal = EffectSeal::of(
+            &forward.method,
+            &forward.url,
+            &forward.headers,
+            forward.body.as_deref(),
+        );
+        let sealed = AuditEntry {
+            seq: 3,
+            kind: EFFECT_QUEUED.into(),
+            actor: "outbox".into(),
+            from_state: None,
+            detail: seal.detail(&effect_id, &forward.effect_type, &forward.target),
+            ..entry.clone()
+        };
         Ok(Self {
-            head: entry.chain_hash(Some(&claim.hash)),
+            seal_head: sealed.chain_hash(Some(&head)),
+            seal_detail: sealed.detail.to_string(),
+            head,
             detail: entry.detail.to_string(),
-            effect_id: uuid::Uuid::now_v7().to_string(),
+            effect_id,
             effect_headers: to_json(&forward.headers)?,
             effect_spec: to_json(&forward.spec)?,
             forward: forward.clone(),
@@ -89,7 +112,8 @@ impl PreparedIntake {
 /// order: namespace, key, business_key, payload_hash, operation,
 /// correlation_id, workflow_version, source_url, execution_ref,
 /// requested_by, claimed_by; the claim entry's hash and detail, the
-/// approval entry's hash and detail, their time; the effect's id,
+/// approval entry's hash and detail, the effect seal's hash and detail,
+/// their time; the effect's id,
 /// operation, type, target, method, url, headers, body, idempotency key,
 /// spec, not_before, role; the raw event's id, source, event id, type,
 /// status, payload hash, content type, headers, body, arrival. Returns each
@@ -112,6 +136,8 @@ pub(crate) fn statement_for_batch() -> String {
         "v_d1",
         "v_h2",
         "v_d2",
+        "v_h3",
+        "v_d3",
         "v_logged_at",
         "v_eid",
         "v_eop",
@@ -156,7 +182,7 @@ pub(crate) fn statement_for_batch() -> String {
                  claimed_by, audit_seq, audit_head, created_at, updated_at) \
              SELECT v_ns, v_key, v_business_key, '{approved}', '{processing}', v_hash, NULL, NULL, \
                  {now}, 2, 1, v_operation, v_correlation_id, v_workflow_version, v_source_url, \
-                 v_execution_ref, v_requested_by, v_claimed_by, 2, v_h2, {now}, {now} \
+                 v_execution_ref, v_requested_by, v_claimed_by, 3, v_h3, {now}, {now} \
              FROM input ORDER BY v_ns, v_key \
              ON CONFLICT DO NOTHING \
              RETURNING {RUN_COLUMNS}), \
@@ -169,7 +195,10 @@ pub(crate) fn statement_for_batch() -> String {
                  v_h1, v_logged_at FROM accepted \
              UNION ALL \
              SELECT v_ns, v_key, 2, '{approve}', v_claimed_by, '{processing}', '{approved}', 2, \
-                 v_d2, v_h1, v_h2, v_logged_at FROM accepted), \
+                 v_d2, v_h1, v_h2, v_logged_at FROM accepted \
+             UNION ALL \
+             SELECT v_ns, v_key, 3, '{sealed}', 'outbox', NULL, '{approved}', 2, \
+                 v_d3, v_h2, v_h3, v_logged_at FROM accepted), \
          queued AS ( \
              INSERT INTO effects (id, namespace, run_key, operation, effect_type, target, method, \
                  url, headers, body, idempotency_key, spec, state, not_before, next_attempt_at, \
@@ -197,6 +226,7 @@ pub(crate) fn statement_for_batch() -> String {
         processing = RunState::Processing.as_str(),
         claim = Move::Claim.as_str(),
         approve = Move::Approve.as_str(),
+        sealed = EFFECT_QUEUED,
         pending = EffectState::Pending.as_str(),
         settled = reclaimable_sql(str::to_owned, "v_hash", now),
     )

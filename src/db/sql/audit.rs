@@ -3,7 +3,7 @@
 //! once for both backends. Appending an entry together with moving its
 //! run's head is in [`super::runs`] (it writes `runs`).
 
-use super::Dialect;
+use super::{Dialect, EFFECT_COLUMNS};
 
 /// Appends an audit entry (12 binds, in [`crate::audit::AuditEntry`] order).
 pub(crate) const INSERT_AUDIT: &str = "INSERT INTO audit_events (namespace, run_key, seq, kind, \
@@ -24,6 +24,9 @@ pub struct AuditStatements {
     /// Runs, checkpointed heads and events, by key then kind then seq.
     /// `[0]` every namespace; `[1]` binds: namespace.
     pub audit_scan: [String; 2],
+    /// Every effect, to compare with its seal. `[0]` every namespace;
+    /// `[1]` binds: namespace.
+    pub effect_scan: [String; 2],
     /// The checkpointed heads, sorted bytewise.
     pub heads: String,
     /// Every checkpoint by id.
@@ -101,6 +104,10 @@ impl AuditStatements {
                 .into(),
             head_scan,
             audit_scan: [scan(""), scan("WHERE namespace = $1")],
+            effect_scan: [
+                format!("SELECT {EFFECT_COLUMNS} FROM effects"),
+                format!("SELECT {EFFECT_COLUMNS} FROM effects WHERE namespace = $1"),
+            ],
             heads: format!(
                 "SELECT namespace, run_key, seq, head FROM audit_heads \
                  ORDER BY namespace{c}, run_key{c}"

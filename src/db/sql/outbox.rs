@@ -74,7 +74,7 @@ impl OutboxStatements {
                      next_attempt_at, attempts, created_at, updated_at, role) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', $13, \
                      COALESCE($13, $14), 0, $14, $14, $15) \
-                 ON CONFLICT (namespace, run_key, effect_type, target) DO NOTHING"
+                 ON CONFLICT (namespace, run_key, effect_type, target) DO NOTHING RETURNING id"
                 .into(),
             effects_of: format!(
                 "SELECT {EFFECT_COLUMNS} FROM effects WHERE namespace = $1 AND run_key = $2 \

@@ -9,9 +9,12 @@ use serde_json::json;
 use super::chain::append_system_event;
 use crate::audit::checkpoint::{ChainHead, Checkpoint, CheckpointWrite, HeadRow};
 use crate::audit::port::AuditStore;
+use crate::audit::verify::StoredEffect;
 use crate::audit::{AuditRecord, ChainAnchor, ScanRow, Verification};
 use crate::db::exec::{Args, Tx};
-use crate::db::rows::{AuditRow, AuditScanRow, CheckpointRow, HeadScanRow, VerificationRow};
+use crate::db::rows::{
+    AuditRow, AuditScanRow, CheckpointRow, EffectRow, HeadScanRow, VerificationRow,
+};
 use crate::db::sql::audit::AuditStatements;
 use crate::db::{Backend, Db, Finish};
 use crate::ledger::storage::Result;
@@ -114,6 +117,20 @@ impl<B: Backend> AuditStore for Db<B> {
             None => rd.stream::<AuditScanRow>(&scans[0], Args::new()),
         };
         rows.map(|r| r.and_then(AuditScanRow::into_scan)).boxed()
+    }
+
+    fn effect_scan<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+    ) -> BoxStream<'a, Result<StoredEffect>> {
+        let rd = self.reader();
+        let scans = &self.backend().statements().audit.effect_scan;
+        let rows = match namespace {
+            Some(ns) => rd.stream::<EffectRow>(&scans[1], Args::new().bind(ns)),
+            None => rd.stream::<EffectRow>(&scans[0], Args::new()),
+        };
+        rows.map(|r| r.and_then(EffectRow::into_effect).map(StoredEffect::of))
+            .boxed()
     }
 
     fn checkpointed_heads(&self) -> BoxStream<'_, Result<ChainHead>> {

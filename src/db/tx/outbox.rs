@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use super::chain::{append_system_event, audit_entry, record};
+use super::chain::{append_system_event, audit_entry, note, record};
 use super::deadletter::record_dead_letter;
 use super::ledger::{owner_move, MoveFields};
 use super::{to_json, Owned};
@@ -21,17 +21,20 @@ use crate::deadletter::{DeadLetterClass, DeadLetterInput};
 use crate::ledger::storage::{Result, StoreError};
 use crate::ledger::{IdempotencyKey, Move, Moved, Namespace, OwnerCall, Run};
 use crate::outbox::port::OutboxStore;
+use crate::outbox::seal::{EffectSeal, EFFECT_QUEUED};
 use crate::outbox::{
     ActionSwitch, AttemptRecord, AttemptView, Decision, Effect, EffectRole, FailClass, Leased,
     NewEffect, Recorded, TargetRoom, Verdict,
 };
 
 /// Queues an effect of `run` unless the same (run, effect type, target)
-/// is queued already.
+/// is queued already; a queued effect's immutable fields are sealed into
+/// the run's audit chain ([`crate::outbox::seal`]).
 pub(crate) async fn insert_effect(tx: &mut Tx<'_>, run: &Run, effect: &NewEffect) -> Result<()> {
     let st = tx.st;
+    let id = uuid::Uuid::now_v7().to_string();
     let args = Args::new()
-        .bind(uuid::Uuid::now_v7().to_string())
+        .bind(&id)
         .bind(run.namespace.as_str())
         .bind(run.key.as_str())
         .bind(&effect.operation)
@@ -46,7 +49,31 @@ pub(crate) async fn insert_effect(tx: &mut Tx<'_>, run: &Run, effect: &NewEffect
         .bind(effect.not_before)
         .bind(run.updated_at)
         .bind(effect.role.as_str());
-    tx.execute(&st.outbox.insert_effect, args).await?;
+    let inserted: Option<(String,)> = tx.optional(&st.outbox.insert_effect, args).await?;
+    if inserted.is_none() {
+        return Ok(());
+    }
+    let seal = EffectSeal::of(
+        &effect.method,
+        &effect.url,
+        &effect.headers,
+        effect.body.as_deref(),
+    );
+    let detail = seal.detail(&id, &effect.effect_type, &effect.target);
+    let touch = Args::new()
+        .bind(run.namespace.as_str())
+        .bind(run.key.as_str());
+    let row: RunRow = tx.one(&st.runs.touch, touch).await?;
+    note(
+        tx,
+        &row,
+        EFFECT_QUEUED,
+        "outbox",
+        detail,
+        run.updated_at,
+        None,
+    )
+    .await?;
     Ok(())
 }
 
