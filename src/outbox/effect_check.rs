@@ -103,15 +103,11 @@ impl EffectRequest {
         }
         let mut headers = checked_headers(self.headers, target).map_err(|p| bad("headers", p))?;
         if let Some(probe) = &self.probe_url {
-            let sample = probe
-                .replace("{external_ref}", "x")
-                .replace("{idempotency_key}", "x");
-            if !target.allows(&sample) {
-                return Err(bad(
-                    "probe_url",
-                    "must lie inside the target's base URL".into(),
-                ));
-            }
+            // The filled URL is checked again at every probe
+            // ([`super::egress`]); this refuses what could never pass.
+            target
+                .check_probe_template(probe)
+                .map_err(|p| bad("probe_url", p))?;
         }
         let body = self.body.map(|b| b.to_string().into_bytes());
         if body.is_some() {

@@ -23,11 +23,13 @@ pub mod dispatch_types;
 pub mod dispatcher;
 pub mod dispatcher_config;
 pub mod effect_check;
+pub mod egress;
 pub mod killswitch;
 pub mod moves;
 // The dispatch span and counts.
 mod observe;
 pub mod port;
+pub mod scrub;
 pub mod sender;
 pub mod target;
 pub mod verdict;

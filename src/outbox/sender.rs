@@ -11,6 +11,8 @@ use tokio::sync::{Mutex, Semaphore};
 use tokio::time::Instant;
 
 use super::classify::Attempted;
+use super::egress::EgressUrl;
+use super::scrub;
 use super::{Leased, TargetConfig};
 
 /// Largest response body read for classification.
@@ -71,8 +73,8 @@ impl TargetRuntime {
         tokio::time::sleep_until(at).await;
     }
 
-    /// Sends the effect once.
-    pub async fn send(&self, leased: &Leased) -> Attempted {
+    /// Sends the effect once, to `url` (its URL, checked at send time).
+    pub async fn send(&self, leased: &Leased, url: &EgressUrl) -> Attempted {
         let effect = &leased.effect.new;
         let method = Method::from_bytes(effect.method.as_bytes()).unwrap_or(Method::POST);
         let mut headers = HeaderMap::new();
@@ -99,7 +101,10 @@ impl TargetRuntime {
         for (name, value) in &self.config.secret_headers {
             insert(&mut headers, name, value.expose_secret());
         }
-        let mut request = self.client.request(method, &effect.url).headers(headers);
+        let mut request = self
+            .client
+            .request(method, url.url().clone())
+            .headers(headers);
         if let Some(body) = &effect.body {
             request = request.body(body.clone());
         }
@@ -107,21 +112,31 @@ impl TargetRuntime {
     }
 
     /// Reads an unknown effect back through its probe URL.
-    pub async fn probe(&self, url: &str) -> Attempted {
+    pub async fn probe(&self, url: &EgressUrl) -> Attempted {
         let mut headers = HeaderMap::new();
         for (name, value) in &self.config.secret_headers {
             insert(&mut headers, name, value.expose_secret());
         }
-        self.finish(self.client.get(url).headers(headers).send().await)
-            .await
+        self.finish(
+            self.client
+                .get(url.url().clone())
+                .headers(headers)
+                .send()
+                .await,
+        )
+        .await
     }
 
+    /// The answer, with the target's secret values scrubbed out before
+    /// anything classifies or stores it.
     async fn finish(&self, sent: Result<reqwest::Response, reqwest::Error>) -> Attempted {
-        match sent {
+        let attempted = match sent {
             Ok(response) => read_answer(response).await,
             Err(err) if err.is_connect() || err.is_builder() => Attempted::NotSent(describe(err)),
             Err(err) => Attempted::LostAfterSend(describe(err)),
-        }
+        };
+        let needles = scrub::needles(self.config.secret_headers.values());
+        scrub::attempted(attempted, &needles)
     }
 }
 

@@ -125,7 +125,9 @@ impl TargetConfig {
             return None;
         }
         let prefix = base.path().trim_end_matches('/');
-        let path = candidate.path();
+        // Compared as a server that decodes `%2e` and `%2f` before routing
+        // would see it, so `/v1/..%2fadmin` is `/admin`, outside `/v1`.
+        let path = normalised_path(candidate.path());
         let inside = prefix.is_empty() || path == prefix || path.starts_with(&format!("{prefix}/"));
         inside.then(|| candidate.to_string())
     }
@@ -241,6 +243,45 @@ impl TargetConfig {
     }
 }
 
+/// `path` with encoded dots and slashes (`%2e`, `%2f`, `%5c`) decoded and
+/// its dot segments removed (RFC 3986 §5.2.4).
+fn normalised_path(path: &str) -> String {
+    let mut decoded = String::with_capacity(path.len());
+    let mut rest = path;
+    while let Some(i) = rest.find('%') {
+        decoded.push_str(&rest[..i]);
+        let code = rest.get(i + 1..i + 3).map(str::to_ascii_lowercase);
+        match code.as_deref() {
+            Some("2e") => decoded.push('.'),
+            Some("2f" | "5c") => decoded.push('/'),
+            _ => {
+                decoded.push('%');
+                rest = &rest[i + 1..];
+                continue;
+            }
+        }
+        rest = &rest[i + 3..];
+    }
+    decoded.push_str(rest);
+    let segments: Vec<&str> = decoded.split('/').skip(1).collect();
+    let mut out: Vec<&str> = Vec::with_capacity(segments.len());
+    for (i, segment) in segments.iter().enumerate() {
+        let last = i + 1 == segments.len();
+        match *segment {
+            "." | ".." => {
+                if *segment == ".." {
+                    out.pop();
+                }
+                if last {
+                    out.push("");
+                }
+            }
+            s => out.push(s),
+        }
+    }
+    format!("/{}", out.join("/"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,6 +310,27 @@ mod tests {
             "https://api.example.com/v1/messages"
         );
         assert!(t.join("/../admin").is_err());
+    }
+
+    #[test]
+    fn encoded_dot_segments_and_slashes_cannot_leave_the_prefix() {
+        let t = target("https://api.example.com/v1");
+        for url in [
+            "https://api.example.com/v1/..%2fadmin",
+            "https://api.example.com/v1/..%2Fadmin",
+            "https://api.example.com/v1/%2e%2e/admin",
+            "https://api.example.com/v1/%2E%2E%2Fadmin",
+            "https://api.example.com/v1/.%2e/admin",
+            "https://api.example.com/v1/a/..%2f..%2fadmin",
+            "https://api.example.com/v1/..%5cadmin",
+            "https://api.example.com/v1/%2e%2e",
+        ] {
+            assert!(!t.allows(url), "{url}");
+        }
+        assert!(t.join("/..%2fadmin").is_err());
+        assert!(t.allows("https://api.example.com/v1/a%2Fb"));
+        assert!(t.allows("https://api.example.com/v1/a/..%2fb"));
+        assert!(t.allows("https://api.example.com/v1/100%25"));
     }
 
     #[test]

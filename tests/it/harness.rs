@@ -429,6 +429,25 @@ impl Drop for TestApp {
 /// Claims `crm/<key>` and commits one `send_email` effect directly
 /// through a store (key `crm:<key>:send_email`).
 pub async fn queue_effect(store: &SharedStore, key: &str, target: &str, url: String) {
+    let effect = NewEffect {
+        operation: "send_email".into(),
+        effect_type: "send_email".into(),
+        target: target.into(),
+        method: "POST".into(),
+        url,
+        headers: Default::default(),
+        body: Some(b"{}".to_vec()),
+        idempotency_key: format!("crm:{key}:send_email"),
+        spec: EffectSpec::default(),
+        not_before: None,
+        role: oncegate::outbox::EffectRole::Act,
+    };
+    queue_new_effect(store, key, effect).await;
+}
+
+/// Claims `crm/<key>` and commits `effect` directly through a store,
+/// past the API's checks (as a row edited in the database would be).
+pub async fn queue_new_effect(store: &SharedStore, key: &str, effect: NewEffect) {
     let claim = ClaimRequest {
         namespace: Namespace::parse("crm").unwrap(),
         key: IdempotencyKey::parse(key).unwrap(),
@@ -446,19 +465,6 @@ pub async fn queue_effect(store: &SharedStore, key: &str, target: &str, url: Str
         key: claim.key,
         lease,
         actor: "test".into(),
-    };
-    let effect = NewEffect {
-        operation: "send_email".into(),
-        effect_type: "send_email".into(),
-        target: target.into(),
-        method: "POST".into(),
-        url,
-        headers: Default::default(),
-        body: Some(b"{}".to_vec()),
-        idempotency_key: format!("crm:{key}:send_email"),
-        spec: EffectSpec::default(),
-        not_before: None,
-        role: oncegate::outbox::EffectRole::Act,
     };
     store.commit(&call, None, &[effect]).await.unwrap();
 }

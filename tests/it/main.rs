@@ -20,6 +20,8 @@ mod deadletter_rerun;
 mod deadletters;
 mod dispatch;
 mod dispatch_process;
+// What leaves the process (issue 25).
+mod egress;
 // SQLite group commit.
 mod group_commit;
 mod harness;

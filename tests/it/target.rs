@@ -73,6 +73,10 @@ pub enum Behaviour {
     CommitThenClose,
     /// Reads the request, then closes the connection without committing.
     CloseWithoutCommit,
+    /// Commits and answers `status` reflecting the request's headers: all
+    /// of them as a JSON body, and their values in `x-request-id` (a debug
+    /// endpoint, an error page that quotes the request).
+    EchoHeaders { status: u16 },
 }
 
 impl Behaviour {
@@ -146,7 +150,9 @@ impl From<Behaviour> for Action {
                 headers,
                 body,
             }),
-            Behaviour::Hang | Behaviour::CommitThenHang => Action::Hang,
+            Behaviour::Hang | Behaviour::CommitThenHang | Behaviour::EchoHeaders { .. } => {
+                Action::Hang
+            }
             Behaviour::CommitThenClose | Behaviour::CloseWithoutCommit => Action::Close,
         }
     }
@@ -185,9 +191,12 @@ impl MockTarget {
     /// Binds `127.0.0.1:0` and starts serving. Until configured otherwise,
     /// every request commits and gets `200 {}`.
     pub async fn start() -> MockTarget {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind mock target");
+        Self::start_on("127.0.0.1:0").await
+    }
+
+    /// As [`MockTarget::start`], bound to `addr` (a loopback address).
+    pub async fn start_on(addr: &str) -> MockTarget {
+        let listener = TcpListener::bind(addr).await.expect("bind mock target");
         let addr = listener.local_addr().expect("mock target address");
         let state = Arc::new(Mutex::new(State {
             default: Behaviour::status(200),
@@ -207,6 +216,11 @@ impl MockTarget {
             addr,
             _shutdown,
         }
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.addr.port()
     }
 
     /// `http://127.0.0.1:PORT`, without a trailing slash.
@@ -307,6 +321,25 @@ impl MockTarget {
     }
 }
 
+/// [`Behaviour::EchoHeaders`] for `request`.
+fn echo(status: u16, request: &Recorded) -> Behaviour {
+    let headers: serde_json::Map<String, serde_json::Value> = request
+        .headers
+        .iter()
+        .map(|(n, v)| (n.clone(), json!(v)))
+        .collect();
+    let values: Vec<&str> = request.headers.iter().map(|(_, v)| v.as_str()).collect();
+    let mut reply = Reply::json(status, &json!({ "headers": headers }).to_string());
+    reply
+        .headers
+        .push(("x-request-id".into(), values.join(" ")));
+    Behaviour::Respond {
+        status,
+        headers: reply.headers,
+        body: reply.body,
+    }
+}
+
 impl State {
     /// Records `request` and decides its fate. Callers hold the lock
     /// throughout, so two concurrent requests with one honoured key never
@@ -330,7 +363,10 @@ impl State {
                 .push(("idempotent-replayed".into(), "true".into()));
             return Action::Reply(replay);
         }
-        let behaviour = self.next_behaviour(&request.path);
+        let behaviour = match self.next_behaviour(&request.path) {
+            Behaviour::EchoHeaders { status } => echo(status, &request),
+            other => other,
+        };
         let commits = matches!(
             behaviour,
             Behaviour::Respond { .. } | Behaviour::CommitThenHang | Behaviour::CommitThenClose

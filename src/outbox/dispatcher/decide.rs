@@ -8,6 +8,7 @@ use rand::SeedableRng;
 
 use super::Dispatcher;
 use crate::outbox::classify::{classify, AttemptClass, Attempted, Outcome};
+use crate::outbox::egress::{EgressRefused, EgressUrl};
 use crate::outbox::observe;
 use crate::outbox::sender::evidence;
 use crate::outbox::{verdict, AttemptRecord, Decision, FailClass, Leased, TargetConfig, Verdict};
@@ -45,23 +46,25 @@ impl Dispatcher {
             return hold(leased);
         }
         let probing = leased.reconciling() && !target.config.honours_keys();
+        let url = match egress_url(&target.config, &leased, probing) {
+            Some(Ok(url)) => url,
+            Some(Err(refused)) => return refused_decision(leased, probing, &refused),
+            None => {
+                let verdict = verdict::undecidable(
+                    "no probe is configured and the target does not honour keys",
+                );
+                return Decision {
+                    leased,
+                    verdict,
+                    attempt: None,
+                };
+            }
+        };
         let started = self.clock.now_ms();
         let attempted = if probing {
-            match probe_url(&leased) {
-                Some(url) => target.probe(&url).await,
-                None => {
-                    let verdict = verdict::undecidable(
-                        "no probe is configured and the target does not honour keys",
-                    );
-                    return Decision {
-                        leased,
-                        verdict,
-                        attempt: None,
-                    };
-                }
-            }
+            target.probe(&url).await
         } else {
-            target.send(&leased).await
+            target.send(&leased, &url).await
         };
         let finished = self.clock.now_ms();
         let (verdict, class) = if probing {
@@ -132,20 +135,50 @@ impl Dispatcher {
     }
 }
 
-/// The probe URL with `{external_ref}` and `{idempotency_key}` filled in
-/// (percent-encoded).
-fn probe_url(leased: &Leased) -> Option<String> {
+/// Where this attempt goes, checked against the target's allow-list here,
+/// after any placeholder is filled, whatever was checked at commit (the
+/// row may have been edited since): the effect's URL, or its probe URL
+/// with `{idempotency_key}` and `{external_ref}` filled in (`None`: no
+/// probe is configured).
+fn egress_url(
+    target: &TargetConfig,
+    leased: &Leased,
+    probing: bool,
+) -> Option<Result<EgressUrl, EgressRefused>> {
+    if !probing {
+        return Some(target.check_egress(&leased.effect.new.url));
+    }
     let template = leased.effect.new.spec.probe_url.as_deref()?;
-    let encode = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
-    Some(
-        template
-            .replace(
-                "{idempotency_key}",
-                &encode(&leased.effect.new.idempotency_key),
-            )
-            .replace(
-                "{external_ref}",
-                &encode(leased.effect.external_ref.as_deref().unwrap_or("")),
-            ),
-    )
+    let values = [
+        leased.effect.new.idempotency_key.as_str(),
+        leased.effect.external_ref.as_deref().unwrap_or(""),
+    ];
+    Some(target.probe_egress(template, values))
+}
+
+/// A URL refused at send time: nothing is sent. An effect never sent
+/// before fails for good; one sent before (a probe, or a retry) keeps its
+/// unknown outcome; either way its run goes to a dead letter that gives
+/// the reason.
+fn refused_decision(leased: Leased, probing: bool, refused: &EgressRefused) -> Decision {
+    tracing::error!(
+        effect_id = %leased.effect.id,
+        target = %refused.target,
+        probing,
+        "{refused}"
+    );
+    let class = if probing || leased.first_sent_at.is_some() {
+        FailClass::UnknownOutcome
+    } else {
+        FailClass::Permanent
+    };
+    let what = if probing { "probe" } else { "send" };
+    Decision {
+        leased,
+        verdict: Verdict::Failed {
+            class,
+            reason: format!("{what} {refused}"),
+        },
+        attempt: None,
+    }
 }
