@@ -66,6 +66,16 @@ impl AppState {
         }
     }
 
+    /// Bulk replay's dry run and job start over this state.
+    pub fn bulk_replay(&self) -> crate::deadletter::plan::BulkReplay<'_> {
+        crate::deadletter::plan::BulkReplay {
+            store: self.store.as_ref(),
+            operations: &self.config.operations,
+            config: &self.config.dead_letters,
+            clock: self.clock.as_ref(),
+        }
+    }
+
     /// The intake of webhook deliveries over this state.
     pub fn intake(&self) -> crate::ingress::Intake<'_> {
         crate::ingress::Intake {

@@ -62,3 +62,30 @@ impl From<crate::ledger::service::LedgerError> for ApiError {
         }
     }
 }
+
+impl From<crate::deadletter::filter::FilterError> for ApiError {
+    fn from(err: crate::deadletter::filter::FilterError) -> Self {
+        Self::invalid(err.field, err.problem)
+    }
+}
+
+impl From<crate::deadletter::plan::PlanError> for ApiError {
+    fn from(err: crate::deadletter::plan::PlanError) -> Self {
+        use crate::deadletter::plan::PlanError as E;
+        match err {
+            E::Invalid { field, problem } => Self::invalid(field, problem),
+            E::Replay(err) => super::deadletters::actions::replay_error(err),
+            E::Store(err) => err.into(),
+        }
+    }
+}
+
+impl From<crate::deadletter::bulk::StartError> for ApiError {
+    fn from(err: crate::deadletter::bulk::StartError) -> Self {
+        use crate::deadletter::bulk::StartError as E;
+        match err {
+            E::Plan(err) => err.into(),
+            E::Store(err) => err.into(),
+        }
+    }
+}

@@ -12,7 +12,12 @@
 //! under a new upstream key, linked both ways); bulk replays run as tracked
 //! [`jobs`] under a rate limit.
 //!
-//! - [`record`]: the stored record, its input and list filter.
+//! - [`record`]: the stored record and its input.
+//! - [`filter`]: the list's criteria, checked into a store filter, and its
+//!   keyset cursor.
+//! - [`plan`]: a bulk replay's selection frozen into ids and its dry-run
+//!   summary ([`plan::BulkReplay`], the bulk replay's context).
+//! - [`bulk`]: starting a bulk replay job over a frozen selection.
 //! - [`commands`]: the operator commands and their answers.
 //! - [`jobs`]: bulk replay jobs and their items.
 //! - [`replay`]: the replay and replacement logic shared by the API and
@@ -25,9 +30,12 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+pub mod bulk;
 pub mod commands;
 pub mod config;
+pub mod filter;
 pub mod jobs;
+pub mod plan;
 pub mod port;
 pub mod record;
 pub mod replay;
@@ -38,8 +46,9 @@ pub use commands::{
     ReplayCommand, ResolveCommand, RunLink,
 };
 pub use config::DeadLetterConfig;
+pub use filter::{Cursor, DeadLetterFilter};
 pub use jobs::{ItemState, JobItem, JobMove, JobState, NewReplayJob, ReplayJob};
-pub use record::{Cursor, DeadLetter, DeadLetterFilter, DeadLetterInput};
+pub use record::{DeadLetter, DeadLetterInput};
 
 /// Why automatic work stopped: the normalised error class of a dead letter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]

@@ -1,8 +1,6 @@
-//! A dead-letter record as stored, what a caller supplies to write one, and
-//! the operator's list filter with its keyset cursor.
+//! A dead-letter record as stored, and what a caller supplies to write one.
+//! The operator's list filter and its cursor are in [`super::filter`].
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
 use serde_json::Value;
 
 use super::{DeadLetterClass, Resolution};
@@ -110,78 +108,5 @@ impl DeadLetter {
     /// Whether an operator still has to decide.
     pub fn is_open(&self) -> bool {
         self.resolved_at.is_none()
-    }
-}
-
-/// Where a page of the list ends: the last record's creation time and id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cursor {
-    /// `created_at` of the last record shown.
-    pub created_at: Millis,
-    /// Its id (ties on `created_at` are ordered by id).
-    pub id: String,
-}
-
-impl Cursor {
-    /// The opaque form handed to clients.
-    pub fn encode(&self) -> String {
-        URL_SAFE_NO_PAD.encode(format!("{}:{}", self.created_at, self.id))
-    }
-
-    /// Parses a cursor a client handed back.
-    ///
-    /// # Errors
-    /// A message when it is not one this service made.
-    pub fn decode(text: &str) -> Result<Self, String> {
-        let bad = || "the cursor is not one this service returned".to_owned();
-        let raw = URL_SAFE_NO_PAD.decode(text).map_err(|_| bad())?;
-        let raw = String::from_utf8(raw).map_err(|_| bad())?;
-        let (at, id) = raw.split_once(':').ok_or_else(bad)?;
-        let created_at = at.parse().map_err(|_| bad())?;
-        if id.is_empty() || id.len() > 64 {
-            return Err(bad());
-        }
-        Ok(Self {
-            created_at,
-            id: id.to_owned(),
-        })
-    }
-}
-
-/// Which dead letters to list, oldest first.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct DeadLetterFilter {
-    /// Only this class.
-    pub class: Option<DeadLetterClass>,
-    /// Only this namespace (source or tenant).
-    pub namespace: Option<String>,
-    /// Only runs currently in this state.
-    pub state: Option<RunState>,
-    /// `Some(false)`: open only; `Some(true)`: resolved only; `None`: both.
-    pub resolved: Option<bool>,
-    /// Only records created at or before this time (an age filter).
-    pub created_before: Option<Millis>,
-    /// Only records created at or after this time.
-    pub created_after: Option<Millis>,
-    /// Continue after this record.
-    pub after: Option<Cursor>,
-    /// At most this many.
-    pub limit: i64,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cursors_round_trip_and_refuse_junk() {
-        let c = Cursor {
-            created_at: 1_700_000_000_000,
-            id: "0190-abc".into(),
-        };
-        assert_eq!(Cursor::decode(&c.encode()).unwrap(), c);
-        assert!(Cursor::decode("not base64!").is_err());
-        assert!(Cursor::decode(&URL_SAFE_NO_PAD.encode("x:y")).is_err());
-        assert!(Cursor::decode(&URL_SAFE_NO_PAD.encode("12:")).is_err());
     }
 }

@@ -8,11 +8,11 @@ use axum::response::Response;
 use maud::{html, Markup};
 use serde::Deserialize;
 
-use super::error::{Result, UiError};
+use super::error::Result;
 use super::frame::{at, badge, or_dash, run_link, Nav};
 use super::session::Operator;
-use crate::api::deadletters::ListQuery;
 use crate::clock::Millis;
+use crate::deadletter::filter::Criteria;
 use crate::deadletter::{Cursor, DeadLetter, DeadLetterClass};
 use crate::ledger::RunState;
 use crate::state::AppState;
@@ -47,9 +47,9 @@ fn filled(v: &Option<String>) -> Option<String> {
 }
 
 impl DeadLettersQuery {
-    /// The API's list query (and so its validation) for these filters.
-    pub fn list_query(&self) -> ListQuery {
-        ListQuery {
+    /// The list's criteria (checked as the API checks its query).
+    pub fn criteria(&self) -> Criteria {
+        Criteria {
             class: filled(&self.class),
             namespace: filled(&self.namespace),
             state: filled(&self.state),
@@ -89,9 +89,9 @@ pub async fn show(
     Query(q): Query<DeadLettersQuery>,
 ) -> Result<Response> {
     let now = app.clock.now_ms();
-    let (found, error) = match q.list_query().into_filter(now) {
+    let (found, error) = match q.criteria().into_filter(now) {
         Ok(filter) => (Some(app.store.dead_letters(&filter).await?), None),
-        Err(e) => (None, Some(UiError::from(e).to_string())),
+        Err(e) => (None, Some(e.to_string())),
     };
     let body = html! {
         h1 { "Dead letters" }

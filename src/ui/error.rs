@@ -6,8 +6,10 @@ use axum::response::{IntoResponse, Response};
 use maud::html;
 
 use super::frame::bare;
-use crate::api::ApiError;
 use crate::approval::pages::respond;
+use crate::deadletter::bulk::StartError;
+use crate::deadletter::plan::PlanError;
+use crate::deadletter::replay::ReplayError;
 use crate::ledger::storage::StoreError;
 
 /// A console failure.
@@ -28,9 +30,6 @@ pub enum UiError {
     /// The command does not apply to the object as it is now.
     #[error("{0}")]
     Refused(String),
-    /// An API-layer answer (dead-letter selection, timeline).
-    #[error(transparent)]
-    Api(#[from] ApiError),
     /// The store failed.
     #[error("the database failed")]
     Store(#[from] StoreError),
@@ -46,9 +45,46 @@ impl UiError {
             Self::Invalid(_) => StatusCode::BAD_REQUEST,
             Self::Forbidden(_) | Self::BadCsrf => StatusCode::FORBIDDEN,
             Self::Refused(_) => StatusCode::CONFLICT,
-            Self::Api(e) => e.status(),
             Self::Store(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
             Self::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl From<PlanError> for UiError {
+    fn from(err: PlanError) -> Self {
+        match err {
+            PlanError::Invalid { problem, .. } => Self::Invalid(problem),
+            PlanError::Replay(ReplayError::Store(e)) | PlanError::Store(e) => Self::Store(e),
+            PlanError::Replay(other) => Self::Refused(other.to_string()),
+        }
+    }
+}
+
+impl From<StartError> for UiError {
+    fn from(err: StartError) -> Self {
+        match err {
+            StartError::Plan(e) => e.into(),
+            StartError::Store(e) => Self::Store(e),
+        }
+    }
+}
+
+// The sign-in extractor (`session.rs`) still reads the person through
+// `api::approve::person`, whose only failures are the store's. That page
+// moves with the approval seam; this conversion goes with it.
+impl From<crate::api::ApiError> for UiError {
+    fn from(err: crate::api::ApiError) -> Self {
+        use crate::api::ApiError as E;
+        match err {
+            E::Unavailable(e) => Self::Store(e),
+            E::NotFound(detail) => Self::NotFound(detail),
+            E::Invalid { detail, .. } => Self::Invalid(detail),
+            E::Internal(e) => match e.downcast::<StoreError>() {
+                Ok(e) => Self::Store(*e),
+                Err(e) => Self::Store(StoreError::Corrupt(e.to_string())),
+            },
+            other => Self::Refused(other.to_string()),
         }
     }
 }

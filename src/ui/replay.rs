@@ -11,15 +11,14 @@ use axum::response::Response;
 use axum::Form;
 use maud::{html, Markup};
 use serde::Deserialize;
-use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::error::{Result, UiError};
 use super::frame::{badge, Nav};
 use super::session::Operator;
 use super::{purpose, text_field};
-use crate::api::deadletters::plan::{freeze, plan, Selection, SelectionFilter, Summary};
-use crate::deadletter::NewReplayJob;
+use crate::deadletter::bulk::{Rate, StartJob};
+use crate::deadletter::plan::{Selection, SelectionFilter, Summary};
 use crate::state::AppState;
 
 /// The CSRF purpose of starting a job over `ids` (comma-joined).
@@ -68,8 +67,11 @@ pub async fn dry_run(
     viewer: Operator,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
-    let ids = freeze(&app, &selection(raw.as_deref())).await?;
-    let summary = plan(&app, &ids).await?;
+    let run = app
+        .bulk_replay()
+        .dry_run(&selection(raw.as_deref()))
+        .await?;
+    let (ids, summary) = (run.ids, run.summary);
     let joined = ids.join(",");
     let max_rate = app.config.dead_letters.max_rate_per_sec;
     let body = html! {
@@ -147,38 +149,29 @@ pub async fn create(
     let reason = text_field("reason", form.reason, 2_000)?.ok_or_else(|| {
         UiError::Invalid("a reason is required: say why it is safe to replay".into())
     })?;
-    let max_rate = app.config.dead_letters.max_rate_per_sec;
+    let config = &app.config.dead_letters;
     let rate = form
         .rate_per_sec
         .as_deref()
         .and_then(|r| r.trim().parse::<i64>().ok())
-        .filter(|r| (1..=max_rate).contains(r))
+        .and_then(|r| Rate::new(r, config).ok())
         .ok_or_else(|| {
             UiError::Invalid(format!(
-                "the rate must be a whole number from 1 to {max_rate}"
+                "the rate must be a whole number from 1 to {}",
+                config.max_rate_per_sec
             ))
         })?;
-    let ids: Vec<String> = form.ids.split(',').map(str::to_owned).collect();
-    let ids = freeze(
-        &app,
-        &Selection {
-            ids: Some(ids),
+    let job = StartJob {
+        selection: Selection {
+            ids: Some(form.ids.split(',').map(str::to_owned).collect()),
             filter: None,
         },
-    )
-    .await?;
-    let summary = plan(&app, &ids).await?;
-    let job = NewReplayJob {
-        id: uuid::Uuid::now_v7().to_string(),
-        created_by: viewer.subject().to_owned(),
         reason,
-        rate_per_sec: rate,
-        selection: json!({ "ids": ids.len(), "via": "console" }),
-        summary: serde_json::to_value(&summary).unwrap_or_default(),
-        dead_letter_ids: ids,
+        rate,
+        actor: viewer.subject().to_owned(),
+        via: Some("console"),
     };
-    let created = app.store.create_replay_job(&job).await?;
-    tracing::info!(job = %created.id, items = created.progress.total, rate, by = viewer.subject(), "replay job created from the console");
+    let created = app.bulk_replay().start(job).await?;
     Ok(viewer.see_other(&format!("/ui/replay-jobs/{}", created.id)))
 }
 

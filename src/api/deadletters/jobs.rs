@@ -7,16 +7,17 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use super::super::error::{ApiError, Result};
 use super::super::{ApiJson, Caller};
 use super::actions::required_text;
-use super::plan::{freeze, plan, Selection, Summary};
+use super::selection::{Selection, Summary};
 use crate::clock::to_datetime;
+use crate::deadletter::bulk::{Rate, StartJob};
 use crate::deadletter::jobs::Progress;
-use crate::deadletter::{JobItem, JobState, NewReplayJob, ReplayJob};
+use crate::deadletter::{JobItem, JobState, ReplayJob};
 use crate::state::AppState;
 
 pub(super) fn routes() -> Router<AppState> {
@@ -122,9 +123,11 @@ pub(in crate::api) async fn dry_run(
     State(app): State<AppState>,
     ApiJson(body): ApiJson<DryRunBody>,
 ) -> Result<Json<DryRunResponse>> {
-    let ids = freeze(&app, &body.selection).await?;
-    let summary = plan(&app, &ids).await?;
-    Ok(Json(DryRunResponse { summary, ids }))
+    let run = app.bulk_replay().dry_run(&body.selection.into()).await?;
+    Ok(Json(DryRunResponse {
+        summary: run.summary.into(),
+        ids: run.ids,
+    }))
 }
 
 /// Creates and starts a bulk replay job over a frozen selection.
@@ -139,31 +142,17 @@ pub(in crate::api) async fn create(
     caller: Caller,
     ApiJson(body): ApiJson<CreateJobBody>,
 ) -> Result<(StatusCode, Json<JobView>)> {
-    let max_rate = app.config.dead_letters.max_rate_per_sec;
-    if !(1..=max_rate).contains(&body.rate_per_sec) {
-        return Err(ApiError::invalid(
-            "rate_per_sec",
-            format!("must be between 1 and {max_rate} (dead_letters.max_rate_per_sec)"),
-        ));
-    }
+    let rate = Rate::new(body.rate_per_sec, &app.config.dead_letters)
+        .map_err(|e| ApiError::invalid("rate_per_sec", e.to_string()))?;
     let reason = required_text("reason", body.reason, 2_000)?;
-    let ids = freeze(&app, &body.selection).await?;
-    let summary = plan(&app, &ids).await?;
-    let selection = match &body.selection.filter {
-        Some(filter) => json!({ "filter": filter }),
-        None => json!({ "ids": ids.len() }),
-    };
-    let job = NewReplayJob {
-        id: uuid::Uuid::now_v7().to_string(),
-        created_by: caller.subject.clone(),
+    let job = StartJob {
+        selection: body.selection.into(),
         reason,
-        rate_per_sec: body.rate_per_sec,
-        selection,
-        summary: serde_json::to_value(&summary).map_err(|e| ApiError::Internal(Box::new(e)))?,
-        dead_letter_ids: ids,
+        rate,
+        actor: caller.subject.clone(),
+        via: None,
     };
-    let created = app.store.create_replay_job(&job).await?;
-    tracing::info!(job = %created.id, items = created.progress.total, rate = created.rate_per_sec, by = %caller.subject, "replay job created");
+    let created = app.bulk_replay().start(job).await?;
     Ok((StatusCode::CREATED, Json(created.into())))
 }
 

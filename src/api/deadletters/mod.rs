@@ -14,6 +14,7 @@ use super::effects::EffectView;
 use super::error::{ApiError, Result};
 use super::runs::RunView;
 use crate::clock::{to_datetime, Millis};
+use crate::deadletter::filter::Criteria;
 use crate::deadletter::{Cursor, DeadLetterFilter, Refusal, RunLink};
 use crate::ledger::{IdempotencyKey, Namespace};
 use crate::state::AppState;
@@ -21,8 +22,7 @@ use crate::state::AppState;
 pub(super) mod actions;
 pub(super) mod fail;
 pub(super) mod jobs;
-// Crate-visible: the console reuses the bulk-replay selection and dry run.
-pub(crate) mod plan;
+pub(super) mod selection;
 mod view;
 
 pub use view::DeadLetterView;
@@ -45,25 +45,6 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
         .route("/v1/runs/fail-by-execution", post(fail::fail_by_execution))
         .route_layer(middleware::from_fn_with_state(state, auth::workflow));
     operator.merge(workflow)
-}
-
-/// Parses an age such as `90s`, `15m`, `2h` or `7d` into milliseconds.
-///
-/// # Errors
-/// [`ApiError::Invalid`] naming `field`.
-pub(super) fn parse_age(field: &str, text: &str) -> Result<Millis> {
-    let bad = || ApiError::invalid(field, "an age is a number and a unit: 90s, 15m, 2h or 7d");
-    let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-    let (n, unit) = text.split_at(split);
-    let n: i64 = n.parse().map_err(|_| bad())?;
-    let ms = match unit {
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err(bad()),
-    };
-    n.checked_mul(ms).ok_or_else(bad)
 }
 
 /// Maps a store refusal to its problem.
@@ -108,52 +89,28 @@ pub struct ListQuery {
     pub limit: Option<i64>,
 }
 
+impl From<ListQuery> for Criteria {
+    fn from(q: ListQuery) -> Self {
+        Self {
+            class: q.class,
+            namespace: q.namespace,
+            state: q.state,
+            resolved: q.resolved,
+            older_than: q.older_than,
+            newer_than: q.newer_than,
+            cursor: q.cursor,
+            limit: q.limit,
+        }
+    }
+}
+
 impl ListQuery {
     /// The store filter for this query at time `now`.
     ///
     /// # Errors
     /// [`ApiError::Invalid`] naming the bad parameter.
     pub fn into_filter(self, now: Millis) -> Result<DeadLetterFilter> {
-        let limit = self.limit.unwrap_or(50);
-        if !(1..=500).contains(&limit) {
-            return Err(ApiError::invalid("limit", "must be between 1 and 500"));
-        }
-        let resolved = match self.resolved.as_deref() {
-            None | Some("false") => Some(false),
-            Some("true") => Some(true),
-            Some("any") => None,
-            Some(_) => return Err(ApiError::invalid("resolved", "must be true, false or any")),
-        };
-        Ok(DeadLetterFilter {
-            class: self
-                .class
-                .map(|c| c.parse())
-                .transpose()
-                .map_err(|e: String| ApiError::invalid("class", e))?,
-            namespace: self
-                .namespace
-                .map(Namespace::parse)
-                .transpose()?
-                .map(|n| n.to_string()),
-            state: self.state.map(|s| s.parse()).transpose().map_err(
-                |e: crate::ledger::state::UnknownState| ApiError::invalid("state", e.to_string()),
-            )?,
-            resolved,
-            created_before: self
-                .older_than
-                .map(|a| parse_age("older_than", &a).map(|ms| now - ms))
-                .transpose()?,
-            created_after: self
-                .newer_than
-                .map(|a| parse_age("newer_than", &a).map(|ms| now - ms))
-                .transpose()?,
-            after: self
-                .cursor
-                .map(|c| Cursor::decode(&c))
-                .transpose()
-                .map_err(|e| ApiError::invalid("cursor", e))?,
-            limit,
-        })
+        Ok(Criteria::from(self).into_filter(now)?)
     }
 }
 
@@ -296,16 +253,6 @@ pub(super) async fn show(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ages_parse_with_units_only() {
-        assert_eq!(parse_age("a", "90s").unwrap(), 90_000);
-        assert_eq!(parse_age("a", "2h").unwrap(), 7_200_000);
-        assert_eq!(parse_age("a", "7d").unwrap(), 7 * 86_400_000);
-        for bad in ["", "h", "10", "5w", "-1h", "1.5h"] {
-            assert!(parse_age("a", bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn list_query_checks_each_parameter() {

@@ -1,0 +1,215 @@
+//! Which dead letters to list: the criteria as a person or a client gives
+//! them (text), checked into the store's [`DeadLetterFilter`], and the
+//! keyset [`Cursor`] that continues a page. The API's query string and the
+//! console's filter form both build [`Criteria`]; the bulk replay's
+//! selection filter does too (see [`super::plan`]).
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+
+use super::DeadLetterClass;
+use crate::clock::Millis;
+use crate::ledger::{InvalidId, Namespace, RunState};
+
+/// Page size when none is given.
+pub const DEFAULT_LIMIT: i64 = 50;
+/// The largest page.
+pub const MAX_LIMIT: i64 = 500;
+
+/// A criterion that does not parse; `field` names it as the API does.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{problem}")]
+pub struct FilterError {
+    /// The parameter at fault (`class`, `older_than`, `cursor`, …).
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+impl FilterError {
+    fn new(field: &'static str, problem: impl Into<String>) -> Self {
+        Self {
+            field,
+            problem: problem.into(),
+        }
+    }
+}
+
+impl From<InvalidId> for FilterError {
+    fn from(err: InvalidId) -> Self {
+        Self::new(err.field, err.to_string())
+    }
+}
+
+/// Parses an age such as `90s`, `15m`, `2h` or `7d` into milliseconds.
+///
+/// # Errors
+/// [`FilterError`] naming `field`.
+pub fn parse_age(field: &'static str, text: &str) -> Result<Millis, FilterError> {
+    let bad = || FilterError::new(field, "an age is a number and a unit: 90s, 15m, 2h or 7d");
+    let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (n, unit) = text.split_at(split);
+    let n: i64 = n.parse().map_err(|_| bad())?;
+    let ms = match unit {
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(ms).ok_or_else(bad)
+}
+
+/// The list's criteria as given, each optional text (`None`: no filter).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Criteria {
+    /// Only this class.
+    pub class: Option<String>,
+    /// Only this namespace.
+    pub namespace: Option<String>,
+    /// Only runs now in this state.
+    pub state: Option<String>,
+    /// `false` (default): open only; `true`: resolved only; `any`: both.
+    pub resolved: Option<String>,
+    /// Only records at least this old (`90s`, `15m`, `2h`, `7d`).
+    pub older_than: Option<String>,
+    /// Only records at most this old.
+    pub newer_than: Option<String>,
+    /// Where the previous page ended ([`Cursor::encode`]).
+    pub cursor: Option<String>,
+    /// Page size, 1–[`MAX_LIMIT`] (default [`DEFAULT_LIMIT`]).
+    pub limit: Option<i64>,
+}
+
+impl Criteria {
+    /// The store filter for these criteria at time `now`.
+    ///
+    /// # Errors
+    /// [`FilterError`] naming the bad criterion.
+    pub fn into_filter(self, now: Millis) -> Result<DeadLetterFilter, FilterError> {
+        let limit = self.limit.unwrap_or(DEFAULT_LIMIT);
+        if !(1..=MAX_LIMIT).contains(&limit) {
+            return Err(FilterError::new(
+                "limit",
+                format!("must be between 1 and {MAX_LIMIT}"),
+            ));
+        }
+        let resolved = match self.resolved.as_deref() {
+            None | Some("false") => Some(false),
+            Some("true") => Some(true),
+            Some("any") => None,
+            Some(_) => return Err(FilterError::new("resolved", "must be true, false or any")),
+        };
+        let age = |field, text: Option<String>| {
+            text.map(|a| parse_age(field, &a).map(|ms| now - ms))
+                .transpose()
+        };
+        Ok(DeadLetterFilter {
+            class: self
+                .class
+                .map(|c| c.parse())
+                .transpose()
+                .map_err(|e: String| FilterError::new("class", e))?,
+            namespace: self
+                .namespace
+                .map(Namespace::parse)
+                .transpose()?
+                .map(|n| n.to_string()),
+            state: self.state.map(|s| s.parse()).transpose().map_err(
+                |e: crate::ledger::state::UnknownState| FilterError::new("state", e.to_string()),
+            )?,
+            resolved,
+            created_before: age("older_than", self.older_than)?,
+            created_after: age("newer_than", self.newer_than)?,
+            after: self
+                .cursor
+                .map(|c| Cursor::decode(&c))
+                .transpose()
+                .map_err(|e| FilterError::new("cursor", e))?,
+            limit,
+        })
+    }
+}
+
+/// Where a page of the list ends: the last record's creation time and id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    /// `created_at` of the last record shown.
+    pub created_at: Millis,
+    /// Its id (ties on `created_at` are ordered by id).
+    pub id: String,
+}
+
+impl Cursor {
+    /// The opaque form handed to clients.
+    pub fn encode(&self) -> String {
+        URL_SAFE_NO_PAD.encode(format!("{}:{}", self.created_at, self.id))
+    }
+
+    /// Parses a cursor a client handed back.
+    ///
+    /// # Errors
+    /// A message when it is not one this service made.
+    pub fn decode(text: &str) -> Result<Self, String> {
+        let bad = || "the cursor is not one this service returned".to_owned();
+        let raw = URL_SAFE_NO_PAD.decode(text).map_err(|_| bad())?;
+        let raw = String::from_utf8(raw).map_err(|_| bad())?;
+        let (at, id) = raw.split_once(':').ok_or_else(bad)?;
+        let created_at = at.parse().map_err(|_| bad())?;
+        if id.is_empty() || id.len() > 64 {
+            return Err(bad());
+        }
+        Ok(Self {
+            created_at,
+            id: id.to_owned(),
+        })
+    }
+}
+
+/// Which dead letters to list, oldest first.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeadLetterFilter {
+    /// Only this class.
+    pub class: Option<DeadLetterClass>,
+    /// Only this namespace (source or tenant).
+    pub namespace: Option<String>,
+    /// Only runs currently in this state.
+    pub state: Option<RunState>,
+    /// `Some(false)`: open only; `Some(true)`: resolved only; `None`: both.
+    pub resolved: Option<bool>,
+    /// Only records created at or before this time (an age filter).
+    pub created_before: Option<Millis>,
+    /// Only records created at or after this time.
+    pub created_after: Option<Millis>,
+    /// Continue after this record.
+    pub after: Option<Cursor>,
+    /// At most this many.
+    pub limit: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_refuse_junk() {
+        let c = Cursor {
+            created_at: 1_700_000_000_000,
+            id: "0190-abc".into(),
+        };
+        assert_eq!(Cursor::decode(&c.encode()).unwrap(), c);
+        assert!(Cursor::decode("not base64!").is_err());
+        assert!(Cursor::decode(&URL_SAFE_NO_PAD.encode("x:y")).is_err());
+        assert!(Cursor::decode(&URL_SAFE_NO_PAD.encode("12:")).is_err());
+    }
+
+    #[test]
+    fn ages_parse_with_units_only() {
+        assert_eq!(parse_age("a", "90s").unwrap(), 90_000);
+        assert_eq!(parse_age("a", "2h").unwrap(), 7_200_000);
+        assert_eq!(parse_age("a", "7d").unwrap(), 7 * 86_400_000);
+        for bad in ["", "h", "10", "5w", "-1h", "1.5h"] {
+            assert!(parse_age("a", bad).is_err(), "{bad}");
+        }
+    }
+}
