@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::error::{Result, UiError};
 use super::frame::{at, badge, or_dash, run_link, source_link, Nav};
 use super::session::Viewer;
-use crate::api::approvals::{state_filter, ApprovalCard};
+use crate::approval::card::{state_filter, ApprovalCard};
 use crate::approval::Challenge;
 use crate::clock::Millis;
 use crate::state::AppState;
