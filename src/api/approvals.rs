@@ -32,7 +32,8 @@ pub struct ApprovalsQuery {
     pub limit: Option<i64>,
 }
 
-/// One proposed effect on a card (never its body or headers).
+/// One proposed effect on a card: everything that will be sent but the
+/// target's secret headers.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ProposedEffect {
     /// Effect type.
@@ -45,6 +46,20 @@ pub struct ProposedEffect {
     pub url: String,
     /// Downstream idempotency key.
     pub idempotency_key: String,
+    /// The effect's own request headers.
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// The request body, as text.
+    pub body: Option<String>,
+    /// Not sent before (RFC 3339).
+    pub not_before: Option<String>,
+    /// The business-rejection rule for 2xx answers.
+    #[schema(value_type = Option<Object>)]
+    pub reject: Option<Value>,
+    /// Where the target's id for the created thing is read.
+    #[schema(value_type = Option<Object>)]
+    pub external_id: Option<Value>,
+    /// The probe that reconciles an unknown outcome.
+    pub probe_url: Option<String>,
 }
 
 /// Who a challenge is meant for. Both lists empty: any approver.
@@ -96,6 +111,8 @@ pub struct ApprovalCard {
     pub requested_by: Option<String>,
     /// What approval releases.
     pub effects: Vec<ProposedEffect>,
+    /// The digest of the effects the approval is bound to.
+    pub effects_digest: Option<String>,
     /// 0 for the first challenge, 1 for an escalation.
     pub escalation: i64,
     /// Created (RFC 3339).
@@ -133,6 +150,7 @@ impl From<card::ApprovalCard> for ApprovalCard {
             approver_auth: c.approver_auth,
             requested_by: c.requested_by,
             effects: c.effects.into_iter().map(ProposedEffect::from).collect(),
+            effects_digest: c.effects_digest,
             escalation: c.escalation,
             created_at: c.created_at,
             expires_at: c.expires_at,
@@ -157,6 +175,12 @@ impl From<card::ProposedEffect> for ProposedEffect {
             method: e.method,
             url: e.url,
             idempotency_key: e.idempotency_key,
+            headers: e.headers,
+            body: e.body,
+            not_before: e.not_before,
+            reject: e.reject,
+            external_id: e.external_id,
+            probe_url: e.probe_url,
         }
     }
 }

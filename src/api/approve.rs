@@ -207,6 +207,7 @@ struct DecisionFields {
     decision: Option<String>,
     csrf: Option<String>,
     reason: Option<String>,
+    effects_digest: Option<String>,
 }
 
 async fn decide_by_token(
@@ -268,6 +269,7 @@ async fn try_decide(
         decision: fields.decision,
         csrf: fields.csrf,
         reason: fields.reason,
+        effects_digest: fields.effects_digest,
     };
     Ok(app
         .decisions()

@@ -2,6 +2,7 @@
 //! refused (DESIGN.md §5, segregation of duties included).
 
 use super::challenge::{Challenge, ChallengeState, Verdict};
+use super::identity;
 use super::policy::ApproverAuth;
 use crate::clock::Millis;
 use crate::ledger::Run;
@@ -74,6 +75,9 @@ pub enum Refusal {
     /// The form's CSRF token is missing or wrong.
     #[error("the form is stale or forged (CSRF check failed); reload the page")]
     BadCsrf,
+    /// The staged effects are not the ones the approval was bound to.
+    #[error("the proposed effects changed after this approval was shown; nothing was sent. Reload the page to see what would be sent now")]
+    EffectsChanged,
 }
 
 impl Refusal {
@@ -91,6 +95,7 @@ impl Refusal {
             Self::SsoRequired => "approval-sso-required",
             Self::SelfApproval(_) => "approval-self-approval",
             Self::BadCsrf => "approval-csrf",
+            Self::EffectsChanged => "approval-effects-changed",
         }
     }
 }
@@ -136,18 +141,38 @@ impl Challenge {
             .new
             .required_roles
             .iter()
-            .find(|r| !approver.roles.contains(r))
+            .find(|r| !identity::contains(&approver.roles, r))
         {
             return Err(Refusal::MissingRole(role.clone()));
         }
         if self.new.approver_auth == ApproverAuth::Sso && approver.auth != AuthMethod::Sso {
             return Err(Refusal::SsoRequired);
         }
-        if run.metadata.requested_by.as_deref() == Some(approver.subject.as_str()) {
+        let requested_by = run.metadata.requested_by.as_deref();
+        if requested_by.is_some_and(|r| identity::same(r, &approver.subject)) {
             return Err(Refusal::SelfApproval("requested"));
         }
-        if run.claimed_by == approver.subject {
+        if identity::same(&run.claimed_by, &approver.subject) {
             return Err(Refusal::SelfApproval("claimed"));
+        }
+        Ok(())
+    }
+
+    /// The digest the approval was bound to at the gate.
+    pub fn bound_digest(&self) -> Option<&str> {
+        self.new.card.get("effects_digest").and_then(|d| d.as_str())
+    }
+
+    /// Whether the staged effects are still those the approval was bound
+    /// to (and, when the form carries it, those the person was shown).
+    ///
+    /// # Errors
+    /// [`Refusal::EffectsChanged`].
+    pub fn check_effects(&self, shown: Option<&str>) -> Result<(), Refusal> {
+        let now = super::staged::effects_digest(&self.new.effects);
+        let bound = self.bound_digest();
+        if bound.is_some_and(|d| d != now) || shown.is_some_and(|d| d != now) {
+            return Err(Refusal::EffectsChanged);
         }
         Ok(())
     }

@@ -8,8 +8,10 @@ use serde_json::Value;
 
 use super::challenge::{Audience, Challenge, ChallengeState};
 use crate::clock::to_datetime;
+use crate::outbox::NewEffect;
 
-/// One proposed effect on a card (never its body or headers).
+/// One proposed effect on a card: everything that will be sent (secret
+/// headers never live on an effect: the target adds them at send time).
 #[derive(Debug, Clone, Serialize)]
 pub struct ProposedEffect {
     /// Effect type.
@@ -22,6 +24,18 @@ pub struct ProposedEffect {
     pub url: String,
     /// Downstream idempotency key.
     pub idempotency_key: String,
+    /// The effect's own request headers.
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// The request body, as text.
+    pub body: Option<String>,
+    /// Not sent before (RFC 3339).
+    pub not_before: Option<String>,
+    /// The business-rejection rule for 2xx answers.
+    pub reject: Option<Value>,
+    /// Where the target's id for the created thing is read.
+    pub external_id: Option<Value>,
+    /// The probe that reconciles an unknown outcome.
+    pub probe_url: Option<String>,
 }
 
 /// An approval card.
@@ -61,6 +75,8 @@ pub struct ApprovalCard {
     pub requested_by: Option<String>,
     /// What approval releases.
     pub effects: Vec<ProposedEffect>,
+    /// The digest of the effects the approval is bound to.
+    pub effects_digest: Option<String>,
     /// 0 for the first challenge, 1 for an escalation.
     pub escalation: i64,
     /// Created (RFC 3339).
@@ -96,18 +112,8 @@ impl From<&Challenge> for ApprovalCard {
             required_roles: c.new.required_roles.clone(),
             approver_auth: c.new.approver_auth.as_str().into(),
             requested_by: text("requested_by"),
-            effects: c
-                .new
-                .effects
-                .iter()
-                .map(|e| ProposedEffect {
-                    effect_type: e.effect_type.clone(),
-                    target: e.target.clone(),
-                    method: e.method.clone(),
-                    url: e.url.clone(),
-                    idempotency_key: e.idempotency_key.clone(),
-                })
-                .collect(),
+            effects: c.new.effects.iter().map(ProposedEffect::from).collect(),
+            effects_digest: text("effects_digest"),
             escalation: c.new.escalation,
             created_at: to_datetime(c.created_at).to_rfc3339(),
             expires_at: to_datetime(c.new.expires_at).to_rfc3339(),
@@ -116,6 +122,31 @@ impl From<&Challenge> for ApprovalCard {
             decided_at: c.decided_at.map(|t| to_datetime(t).to_rfc3339()),
         }
     }
+}
+
+impl From<&NewEffect> for ProposedEffect {
+    fn from(e: &NewEffect) -> Self {
+        Self {
+            effect_type: e.effect_type.clone(),
+            target: e.target.clone(),
+            method: e.method.clone(),
+            url: e.url.clone(),
+            idempotency_key: e.idempotency_key.clone(),
+            headers: e.headers.clone(),
+            body: e
+                .body
+                .as_ref()
+                .map(|b| String::from_utf8_lossy(b).into_owned()),
+            not_before: e.not_before.map(|t| to_datetime(t).to_rfc3339()),
+            reject: to_json(e.spec.reject.as_ref()),
+            external_id: to_json(e.spec.external_id.as_ref()),
+            probe_url: e.spec.probe_url.clone(),
+        }
+    }
+}
+
+fn to_json<T: Serialize>(value: Option<&T>) -> Option<Value> {
+    value.and_then(|v| serde_json::to_value(v).ok())
 }
 
 /// Cards as a plain-text table for the terminal.

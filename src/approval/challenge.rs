@@ -11,7 +11,7 @@ use crate::ledger::{IdempotencyKey, InvalidId, Namespace};
 use crate::outbox::NewEffect;
 
 /// Where a challenge is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ChallengeState {
     /// Waiting for a decision.
@@ -86,7 +86,7 @@ impl ChallengeState {
 }
 
 /// A person's answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// Release the staged effects.
@@ -115,7 +115,7 @@ impl Verdict {
 }
 
 /// Who a challenge is meant for. Both lists empty: any approver.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Audience {
     /// By subject.
     pub subjects: Vec<String>,
@@ -125,9 +125,10 @@ pub struct Audience {
 
 impl Audience {
     pub(super) fn admits(&self, approver: &Approver) -> bool {
+        use super::identity::contains;
         (self.subjects.is_empty() && self.roles.is_empty())
-            || self.subjects.contains(&approver.subject)
-            || approver.roles.iter().any(|r| self.roles.contains(r))
+            || contains(&self.subjects, &approver.subject)
+            || approver.roles.iter().any(|r| contains(&self.roles, r))
     }
 }
 

@@ -70,6 +70,8 @@ pub struct DecisionForm {
     pub csrf: Option<String>,
     /// The approver's reason or note.
     pub reason: Option<String>,
+    /// The digest of the effects the page showed.
+    pub effects_digest: Option<String>,
 }
 
 /// A decision made, or the refusal that sent nothing.
@@ -113,7 +115,9 @@ impl Decisions<'_> {
             None => Some(Refusal::Invalid),
         };
         let expired = challenge.new.expires_at <= self.clock.now_ms();
-        let barred = barred.or(expired.then_some(Refusal::Expired));
+        let barred = barred
+            .or(expired.then_some(Refusal::Expired))
+            .or(challenge.check_effects(None).err());
         Ok(Some(Viewed { challenge, barred }))
     }
 
@@ -152,6 +156,11 @@ impl Decisions<'_> {
         let approver = person.approver();
         if let Err(refusal) = challenge.check(&run, &approver, verdict, self.clock.now_ms()) {
             return Ok(Err(refusal));
+        }
+        if verdict == Verdict::Approve {
+            if let Err(refusal) = challenge.check_effects(form.effects_digest.as_deref()) {
+                return Ok(Err(refusal));
+            }
         }
         let decided = decided(&challenge, verdict, &approver, form.reason);
         let Some(run) = self.approvals.decide(&decided).await? else {

@@ -29,6 +29,7 @@ pub mod challenge;
 pub mod decide;
 pub mod effects;
 pub mod gate;
+pub mod identity;
 pub mod operation;
 pub mod pages;
 pub mod people;
@@ -67,6 +68,11 @@ pub fn first_challenge(
     let secret = Secret::generate();
     let policy = &op.approval;
     let (callback_url, callback_target) = callback.map(|c| (c.url, c.target)).unzip();
+    let mut card = card;
+    if let Value::Object(fields) = &mut card {
+        let digest = staged::effects_digest(&effects);
+        fields.insert("effects_digest".into(), Value::String(digest));
+    }
     let challenge = NewChallenge {
         id: uuid::Uuid::now_v7().to_string(),
         token_hash: Some(secret.digest()),

@@ -68,7 +68,9 @@ impl People<'_> {
     ) -> Result<Found, StoreError> {
         if let Some((subject, roles)) = self.config.sso_user(peer, headers) {
             if let Some(existing) = self.session_of(headers).await? {
-                if existing.session.auth == AuthMethod::Sso && existing.session.subject == subject {
+                if existing.session.auth == AuthMethod::Sso
+                    && super::identity::same(&existing.session.subject, &subject)
+                {
                     return Ok((Some(existing), None));
                 }
             }

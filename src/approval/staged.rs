@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use sha2::{Digest, Sha256};
+
 use crate::clock::Millis;
 use crate::outbox::{EffectSpec, NewEffect};
 
@@ -60,4 +62,14 @@ impl From<StagedEffect> for NewEffect {
             role: crate::outbox::EffectRole::Act,
         }
     }
+}
+
+/// The digest an approval is bound to: SHA-256 over everything the staged
+/// effects will send (method, URL, headers, body, key, outcome rules,
+/// probe, `not_before`), as stored. Recorded on the card at the gate and
+/// checked again when the approval is consumed.
+pub fn effects_digest(effects: &[NewEffect]) -> String {
+    let staged: Vec<StagedEffect> = effects.iter().map(StagedEffect::from).collect();
+    let bytes = serde_json::to_vec(&staged).unwrap_or_default();
+    format!("sha256:{}", hex::encode(Sha256::digest(&bytes)))
 }

@@ -184,7 +184,10 @@ impl Gate<'_> {
                     .ok_or(GateError::Misconfigured(
                         "approve_by_exception without an output schema",
                     ))?;
-                rules.decide(out, call.namespace.as_str(), call.key.as_str())
+                match unjudged_effect(rules, out, &effects) {
+                    Some(why) => Eligibility::RuleFailed(why),
+                    None => rules.decide(out, call.namespace.as_str(), call.key.as_str()),
+                }
             }
             _ => Eligibility::RuleFailed(String::new()),
         };
@@ -286,4 +289,38 @@ impl Gate<'_> {
 
 fn types(effects: &[NewEffect]) -> Vec<&str> {
     effects.iter().map(|e| e.effect_type.as_str()).collect()
+}
+
+/// Why the rules, judged over the validated output, would not judge what
+/// is sent: `approve_by_exception` acts on rules over validated fields
+/// (DESIGN.md §5), and effect bodies are not validated, so a field a rule
+/// judges that an effect sends must be the validated output's value at the
+/// same pointer, and a body that is not JSON cannot be judged at all.
+fn unjudged_effect(
+    rules: &super::ExceptionPolicy,
+    output: &Value,
+    effects: &[NewEffect],
+) -> Option<String> {
+    for e in effects {
+        let Some(raw) = &e.body else { continue };
+        let Ok(body) = serde_json::from_slice::<Value>(raw) else {
+            return Some(format!(
+                "effect {} sends a body that is not JSON",
+                e.effect_type
+            ));
+        };
+        for rule in &rules.rules {
+            let Some(sent) = body.pointer(&rule.pointer) else {
+                continue;
+            };
+            if output.pointer(&rule.pointer) != Some(sent) {
+                return Some(format!(
+                    "{}: effect {} sends {sent}, not the validated output's value",
+                    rule.label(),
+                    e.effect_type
+                ));
+            }
+        }
+    }
+    None
 }
