@@ -88,4 +88,48 @@ impl AppState {
             in_flight_retry_after_ms: self.config.ledger.in_flight_retry_after_ms,
         }
     }
+
+    /// The owner's gate calls (model output, the gate) over this state.
+    pub fn gate(&self) -> crate::approval::gate::Gate<'_> {
+        crate::approval::gate::Gate {
+            approvals: self.store.as_ref(),
+            runs: self.store.as_ref(),
+            outputs: self.store.as_ref(),
+            operations: &self.config.operations,
+            targets: &self.config.targets,
+            schemas: &self.schemas,
+            public_base: self.config.server.public_base(),
+            metrics: &self.metrics,
+            clock: self.clock.as_ref(),
+            wake: &self.wake,
+        }
+    }
+
+    /// Who is signed in, sign-in and sign-out, over this state.
+    pub fn people(&self) -> crate::approval::people::People<'_> {
+        let secure = self
+            .config
+            .server
+            .public_base_url
+            .as_deref()
+            .is_some_and(|u| u.starts_with("https://"));
+        crate::approval::people::People {
+            store: self.store.as_ref(),
+            config: &self.config.approvals,
+            auth: &self.auth,
+            clock: self.clock.as_ref(),
+            secure,
+        }
+    }
+
+    /// People's decisions on challenges over this state.
+    pub fn decisions(&self) -> crate::approval::decide::Decisions<'_> {
+        crate::approval::decide::Decisions {
+            approvals: self.store.as_ref(),
+            runs: self.store.as_ref(),
+            metrics: &self.metrics,
+            clock: self.clock.as_ref(),
+            wake: &self.wake,
+        }
+    }
 }

@@ -1,6 +1,6 @@
 //! The approvals inbox over the API: `GET /v1/approvals` lists challenges
-//! as approval cards (../shared/seeds/000: idempotency key, source record
-//! link, model output, validation errors, approver identity, expiry).
+//! as approval cards (built by `approval::card`; these are their wire
+//! types, with their schemas).
 
 use axum::extract::{Query, State};
 use axum::routing::get;
@@ -10,9 +10,8 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth;
-use super::error::{ApiError, Result};
-use crate::approval::{Audience, Challenge, ChallengeState};
-use crate::clock::to_datetime;
+use super::error::Result;
+use crate::approval::{card, Challenge};
 use crate::state::AppState;
 
 pub(super) fn router(state: AppState) -> Router<AppState> {
@@ -33,7 +32,8 @@ pub struct ApprovalsQuery {
     pub limit: Option<i64>,
 }
 
-/// One proposed effect on a card (never its body or headers).
+/// One proposed effect on a card: everything that will be sent but the
+/// target's secret headers.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ProposedEffect {
     /// Effect type.
@@ -46,9 +46,32 @@ pub struct ProposedEffect {
     pub url: String,
     /// Downstream idempotency key.
     pub idempotency_key: String,
+    /// The effect's own request headers.
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// The request body, as text.
+    pub body: Option<String>,
+    /// Not sent before (RFC 3339).
+    pub not_before: Option<String>,
+    /// The business-rejection rule for 2xx answers.
+    #[schema(value_type = Option<Object>)]
+    pub reject: Option<Value>,
+    /// Where the target's id for the created thing is read.
+    #[schema(value_type = Option<Object>)]
+    pub external_id: Option<Value>,
+    /// The probe that reconciles an unknown outcome.
+    pub probe_url: Option<String>,
 }
 
-/// An approval card.
+/// Who a challenge is meant for. Both lists empty: any approver.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Audience {
+    /// By subject.
+    pub subjects: Vec<String>,
+    /// By role.
+    pub roles: Vec<String>,
+}
+
+/// An approval card (the wire form of [`card::ApprovalCard`]).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ApprovalCard {
     /// Challenge id; the page for people is `page`.
@@ -62,8 +85,7 @@ pub struct ApprovalCard {
     /// The gated operation.
     pub operation: String,
     /// `pending`, `approved`, `rejected`, `expired`, `escalated`.
-    #[schema(value_type = String)]
-    pub state: ChallengeState,
+    pub state: String,
     /// Link to the source record, when the workflow gave one.
     pub source_url: Option<String>,
     /// One line from the workflow.
@@ -89,6 +111,8 @@ pub struct ApprovalCard {
     pub requested_by: Option<String>,
     /// What approval releases.
     pub effects: Vec<ProposedEffect>,
+    /// The digest of the effects the approval is bound to.
+    pub effects_digest: Option<String>,
     /// 0 for the first challenge, 1 for an escalation.
     pub escalation: i64,
     /// Created (RFC 3339).
@@ -103,93 +127,61 @@ pub struct ApprovalCard {
     pub decided_at: Option<String>,
 }
 
-impl From<&Challenge> for ApprovalCard {
-    fn from(c: &Challenge) -> Self {
-        let card = |field: &str| c.new.card.get(field).cloned().unwrap_or(Value::Null);
-        let text = |field: &str| card(field).as_str().map(str::to_owned);
+impl From<card::ApprovalCard> for ApprovalCard {
+    fn from(c: card::ApprovalCard) -> Self {
         Self {
-            id: c.new.id.clone(),
-            page: format!("/approvals/{}", c.new.id),
-            namespace: c.namespace.clone(),
-            key: c.key.clone(),
-            operation: c.new.operation.clone(),
-            state: c.state,
-            source_url: text("source_url"),
-            summary: text("summary"),
-            reason: text("reason"),
-            output: card("output"),
-            model: card("model"),
-            validation: card("validation"),
-            audience: c.new.audience.clone(),
-            required_roles: c.new.required_roles.clone(),
-            approver_auth: c.new.approver_auth.as_str().into(),
-            requested_by: text("requested_by"),
-            effects: c
-                .new
-                .effects
-                .iter()
-                .map(|e| ProposedEffect {
-                    effect_type: e.effect_type.clone(),
-                    target: e.target.clone(),
-                    method: e.method.clone(),
-                    url: e.url.clone(),
-                    idempotency_key: e.idempotency_key.clone(),
-                })
-                .collect(),
-            escalation: c.new.escalation,
-            created_at: to_datetime(c.created_at).to_rfc3339(),
-            expires_at: to_datetime(c.new.expires_at).to_rfc3339(),
-            decided_by: c.decided_by.clone(),
-            auth_method: c.auth_method.clone(),
-            decided_at: c.decided_at.map(|t| to_datetime(t).to_rfc3339()),
+            id: c.id,
+            page: c.page,
+            namespace: c.namespace,
+            key: c.key,
+            operation: c.operation,
+            state: c.state.as_str().into(),
+            source_url: c.source_url,
+            summary: c.summary,
+            reason: c.reason,
+            output: c.output,
+            model: c.model,
+            validation: c.validation,
+            audience: Audience {
+                subjects: c.audience.subjects,
+                roles: c.audience.roles,
+            },
+            required_roles: c.required_roles,
+            approver_auth: c.approver_auth,
+            requested_by: c.requested_by,
+            effects: c.effects.into_iter().map(ProposedEffect::from).collect(),
+            effects_digest: c.effects_digest,
+            escalation: c.escalation,
+            created_at: c.created_at,
+            expires_at: c.expires_at,
+            decided_by: c.decided_by,
+            auth_method: c.auth_method,
+            decided_at: c.decided_at,
         }
     }
 }
 
-/// Cards as a plain-text table for the terminal.
-pub fn card_table(cards: &[ApprovalCard]) -> String {
-    use std::fmt::Write;
-    let mut out = format!(
-        "{:<36}  {:<9}  {:<16}  {:<30}  {:<12}  {:<25}  {}\n",
-        "ID", "STATE", "OPERATION", "NAMESPACE / KEY", "REQUESTED BY", "EXPIRES", "EFFECTS"
-    );
-    for c in cards {
-        let effects: Vec<String> = c
-            .effects
-            .iter()
-            .map(|e| format!("{}→{}", e.effect_type, e.target))
-            .collect();
-        let _ = writeln!(
-            out,
-            "{:<36}  {:<9}  {:<16}  {:<30}  {:<12}  {:<25}  {}",
-            c.id,
-            c.state.as_str(),
-            c.operation,
-            format!("{} / {}", c.namespace, c.key),
-            c.requested_by.as_deref().unwrap_or("-"),
-            c.expires_at,
-            effects.join(", ")
-        );
+impl From<&Challenge> for ApprovalCard {
+    fn from(c: &Challenge) -> Self {
+        card::ApprovalCard::from(c).into()
     }
-    if cards.is_empty() {
-        out.push_str("(none)\n");
-    }
-    out
 }
 
-/// Parses the `state` filter.
-///
-/// # Errors
-/// [`ApiError::Invalid`] for an unknown state.
-pub fn state_filter(state: Option<&str>) -> Result<Option<ChallengeState>> {
-    match state.unwrap_or("pending") {
-        "all" => Ok(None),
-        other => ChallengeState::parse(other).map(Some).ok_or_else(|| {
-            ApiError::invalid(
-                "state",
-                "must be pending, approved, rejected, expired, escalated or all",
-            )
-        }),
+impl From<card::ProposedEffect> for ProposedEffect {
+    fn from(e: card::ProposedEffect) -> Self {
+        Self {
+            effect_type: e.effect_type,
+            target: e.target,
+            method: e.method,
+            url: e.url,
+            idempotency_key: e.idempotency_key,
+            headers: e.headers,
+            body: e.body,
+            not_before: e.not_before,
+            reject: e.reject,
+            external_id: e.external_id,
+            probe_url: e.probe_url,
+        }
     }
 }
 
@@ -201,7 +193,7 @@ pub(super) async fn list(
     State(app): State<AppState>,
     Query(q): Query<ApprovalsQuery>,
 ) -> Result<Json<Vec<ApprovalCard>>> {
-    let state = state_filter(q.state.as_deref())?;
+    let state = card::state_filter(q.state.as_deref())?;
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
     let challenges = app.store.challenges(state, limit).await?;
     Ok(Json(challenges.iter().map(ApprovalCard::from).collect()))

@@ -3,7 +3,8 @@
 //! the inbox (`/approvals/{id}`). GET never changes anything; a decision is
 //! a POST from a signed-in approver with a CSRF token bound to the session
 //! and the challenge. Browsers get HTML; `Accept: application/json` gets
-//! problem+json.
+//! problem+json. Who is signed in is `approval::people`'s; the view and
+//! the decision are `approval::decide`'s.
 
 use std::net::SocketAddr;
 
@@ -16,15 +17,10 @@ use axum::{Form, Json, Router};
 use serde::Deserialize;
 
 use super::error::{refusal_status, ApiError};
+use crate::approval::decide::{Decision, DecisionForm, Handle, Viewed};
 use crate::approval::pages::{self, Confirm};
-use crate::approval::port::Decided;
-use crate::approval::session::{clear_cookie, cookie_secret, set_cookie};
-use crate::approval::{
-    challenge_callback, secs_ms, Approver, AuthMethod, Challenge, Refusal, Secret, StoredSession,
-    Verdict,
-};
-use crate::config::Scope;
-use crate::metrics::GateDecision;
+use crate::approval::session::clear_cookie;
+use crate::approval::Refusal;
 use crate::state::AppState;
 
 /// The people's pages: login, logout, and a challenge's confirmation page.
@@ -34,93 +30,6 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/logout", post(logout))
         .route("/approve/{token}", get(show_by_token).post(decide_by_token))
         .route("/approvals/{id}", get(show_by_id).post(decide_by_id))
-}
-
-/// A signed-in person: the session's secret (for CSRF) and its record.
-#[derive(Debug, Clone)]
-pub struct Person {
-    /// The cookie's secret.
-    pub secret: Secret,
-    /// The stored session.
-    pub session: StoredSession,
-}
-
-impl Person {
-    fn approver(&self) -> Approver {
-        Approver {
-            subject: self.session.subject.clone(),
-            roles: self.session.roles.clone(),
-            may_approve: self.session.has(Scope::Approver),
-            auth: self.session.auth,
-        }
-    }
-}
-
-/// The person behind a request: a trusted SSO header wins (a new session
-/// is opened and its cookie returned), else the session cookie.
-///
-/// # Errors
-/// The store failed.
-pub async fn person(
-    app: &AppState,
-    headers: &HeaderMap,
-    peer: Option<SocketAddr>,
-) -> Result<(Option<Person>, Option<HeaderValue>), ApiError> {
-    if let Some((subject, roles)) = app.config.approvals.sso_user(peer, headers) {
-        if let Some(existing) = session_of(app, headers).await? {
-            if existing.session.auth == AuthMethod::Sso && existing.session.subject == subject {
-                return Ok((Some(existing), None));
-            }
-        }
-        let scopes = app
-            .config
-            .approvals
-            .sso_scopes
-            .iter()
-            .map(|s| s.as_str().to_owned());
-        let (person, cookie) =
-            open_session(app, subject, scopes.collect(), roles, AuthMethod::Sso).await?;
-        return Ok((Some(person), Some(cookie)));
-    }
-    Ok((session_of(app, headers).await?, None))
-}
-
-async fn session_of(app: &AppState, headers: &HeaderMap) -> Result<Option<Person>, ApiError> {
-    let Some(secret) = cookie_secret(headers) else {
-        return Ok(None);
-    };
-    let session = app.store.session(&secret.digest()).await?;
-    Ok(session.map(|session| Person { secret, session }))
-}
-
-async fn open_session(
-    app: &AppState,
-    subject: String,
-    scopes: Vec<String>,
-    roles: Vec<String>,
-    auth: AuthMethod,
-) -> Result<(Person, HeaderValue), ApiError> {
-    let secret = Secret::generate();
-    let ttl = app.config.approvals.session_ttl_secs;
-    let session = StoredSession {
-        id_hash: secret.digest(),
-        subject,
-        scopes,
-        roles,
-        auth,
-        expires_at: app.clock.now_ms() + secs_ms(ttl),
-    };
-    app.store.insert_session(&session).await?;
-    let cookie = set_cookie(&secret, secure(app), ttl);
-    Ok((Person { secret, session }, cookie))
-}
-
-fn secure(app: &AppState) -> bool {
-    app.config
-        .server
-        .public_base_url
-        .as_deref()
-        .is_some_and(|u| u.starts_with("https://"))
 }
 
 fn peer_of(req: &Request) -> Option<SocketAddr> {
@@ -171,10 +80,10 @@ async fn login_page(
     req: Request,
 ) -> Response {
     let next = safe_next(q.next.as_deref());
-    match person(&app, req.headers(), peer_of(&req)).await {
+    match app.people().person(req.headers(), peer_of(&req)).await {
         Ok((Some(_), cookie)) if cookie.is_some() => with_cookie(see_other(&next), cookie),
         Ok(_) => pages::respond(StatusCode::OK, pages::login(&next, None)),
-        Err(err) => err.into_response(),
+        Err(err) => ApiError::from(err).into_response(),
     }
 }
 
@@ -187,27 +96,17 @@ struct LoginForm {
 
 async fn login(State(app): State<AppState>, Form(form): Form<LoginForm>) -> Response {
     let next = safe_next(form.next.as_deref());
-    let principal = app.auth.authenticate(form.token.trim()).cloned();
-    let Some(p) = principal.filter(|p| p.has(Scope::Approver) || p.has(Scope::Operator)) else {
-        tracing::warn!("sign-in refused: unknown token or one without approver/operator scope");
-        let page = pages::login(
-            &next,
-            Some("That token is not an approver or operator token."),
-        );
-        return pages::respond(StatusCode::UNAUTHORIZED, page);
-    };
-    let scopes = p.scopes.iter().map(|s| s.as_str().to_owned()).collect();
-    match open_session(
-        &app,
-        p.subject.clone(),
-        scopes,
-        p.roles.clone(),
-        AuthMethod::Token,
-    )
-    .await
-    {
-        Ok((_, cookie)) => with_cookie(see_other(&next), Some(cookie)),
-        Err(err) => err.into_response(),
+    match app.people().sign_in(&form.token).await {
+        Ok(Some((_, cookie))) => with_cookie(see_other(&next), Some(cookie)),
+        Ok(None) => {
+            tracing::warn!("sign-in refused: unknown token or one without approver/operator scope");
+            let page = pages::login(
+                &next,
+                Some("That token is not an approver or operator token."),
+            );
+            pages::respond(StatusCode::UNAUTHORIZED, page)
+        }
+        Err(err) => ApiError::from(err).into_response(),
     }
 }
 
@@ -222,19 +121,20 @@ async fn logout(
     headers: HeaderMap,
     Form(form): Form<LogoutForm>,
 ) -> Response {
-    let person = match session_of(&app, &headers).await {
+    let people = app.people();
+    let person = match people.session_of(&headers).await {
         Ok(p) => p,
-        Err(err) => return err.into_response(),
+        Err(err) => return ApiError::from(err).into_response(),
     };
     if let Some(p) = person {
         if !p.secret.csrf_matches("logout", &form.csrf) {
             return refused(&headers, &Refusal::BadCsrf, None);
         }
-        if let Err(err) = app.store.delete_session(&p.session.id_hash).await {
+        if let Err(err) = people.sign_out(&p).await {
             return ApiError::from(err).into_response();
         }
     }
-    with_cookie(see_other("/login"), Some(clear_cookie(secure(&app))))
+    with_cookie(see_other("/login"), Some(clear_cookie(people.secure)))
 }
 
 /// Answers a refusal as a page or as problem+json.
@@ -245,29 +145,11 @@ fn refused(headers: &HeaderMap, refusal: &Refusal, sign_in: Option<&str>) -> Res
     pages::respond(refusal_status(refusal), pages::refusal(refusal, sign_in))
 }
 
-/// Which challenge a page is about.
-enum Handle {
-    Token(String),
-    Id(String),
-}
-
-impl Handle {
-    fn path(&self) -> String {
-        match self {
-            Self::Token(t) => format!("/approve/{t}"),
-            Self::Id(id) => format!("/approvals/{id}"),
-        }
-    }
-
-    async fn find(&self, app: &AppState) -> Result<Option<Challenge>, ApiError> {
-        Ok(match self {
-            Self::Token(t) => match Secret::parse(t) {
-                Some(secret) => app.store.challenge_by_token(&secret.digest()).await?,
-                None => None,
-            },
-            Self::Id(id) if id.len() <= 64 => app.store.challenge(id).await?,
-            Self::Id(_) => None,
-        })
+/// The page's path for a challenge.
+fn path_of(handle: &Handle) -> String {
+    match handle {
+        Handle::Token(t) => format!("/approve/{t}"),
+        Handle::Id(id) => format!("/approvals/{id}"),
     }
 }
 
@@ -289,27 +171,17 @@ async fn show_by_id(State(app): State<AppState>, Path(id): Path<String>, req: Re
 
 async fn show(app: AppState, handle: Handle, req: Request) -> Result<Response, ApiError> {
     let headers = req.headers().clone();
-    let path = handle.path();
-    let (person, cookie) = person(&app, &headers, peer_of(&req)).await?;
+    let path = path_of(&handle);
+    let (person, cookie) = app.people().person(&headers, peer_of(&req)).await?;
     let Some(person) = person else {
         return Ok(refused(&headers, &Refusal::NotSignedIn, Some(&path)));
     };
-    let Some(challenge) = handle.find(&app).await? else {
+    let Some(Viewed { challenge, barred }) = app.decisions().view(&handle, &person).await? else {
         return Ok(with_cookie(
             refused(&headers, &Refusal::Invalid, None),
             cookie,
         ));
     };
-    let barred = match app
-        .store
-        .get_run(&challenge.run_namespace()?, &challenge.run_key()?)
-        .await?
-    {
-        Some(run) => challenge.check_person(&run, &person.approver()).err(),
-        None => Some(Refusal::Invalid),
-    };
-    let expired = challenge.new.expires_at <= app.clock.now_ms();
-    let barred = barred.or(expired.then_some(Refusal::Expired));
     if wants_json(&headers) {
         let card = super::approvals::ApprovalCard::from(&challenge);
         return Ok(with_cookie(Json(card).into_response(), cookie));
@@ -331,10 +203,11 @@ async fn show(app: AppState, handle: Handle, req: Request) -> Result<Response, A
 
 /// The decision form.
 #[derive(Debug, Deserialize)]
-struct DecisionForm {
+struct DecisionFields {
     decision: Option<String>,
     csrf: Option<String>,
     reason: Option<String>,
+    effects_digest: Option<String>,
 }
 
 async fn decide_by_token(
@@ -342,7 +215,7 @@ async fn decide_by_token(
     Path(token): Path<String>,
     ConnectInfoOpt(peer): ConnectInfoOpt,
     headers: HeaderMap,
-    Form(form): Form<DecisionForm>,
+    Form(form): Form<DecisionFields>,
 ) -> Response {
     decide(app, Handle::Token(token), peer, headers, form).await
 }
@@ -352,7 +225,7 @@ async fn decide_by_id(
     Path(id): Path<String>,
     ConnectInfoOpt(peer): ConnectInfoOpt,
     headers: HeaderMap,
-    Form(form): Form<DecisionForm>,
+    Form(form): Form<DecisionFields>,
 ) -> Response {
     decide(app, Handle::Id(id), peer, headers, form).await
 }
@@ -362,7 +235,7 @@ async fn decide(
     handle: Handle,
     peer: Option<SocketAddr>,
     headers: HeaderMap,
-    form: DecisionForm,
+    form: DecisionFields,
 ) -> Response {
     match try_decide(&app, &handle, peer, &headers, form).await {
         Ok(Ok((verdict, challenge))) => {
@@ -377,91 +250,31 @@ async fn decide(
                 refusal = refusal.slug(),
                 "approval decision refused; nothing was sent"
             );
-            let sign_in = matches!(refusal, Refusal::NotSignedIn).then(|| handle.path());
+            let sign_in = matches!(refusal, Refusal::NotSignedIn).then(|| path_of(&handle));
             refused(&headers, &refusal, sign_in.as_deref())
         }
         Err(err) => err.into_response(),
     }
 }
 
-type Decision = Result<(Verdict, Challenge), Refusal>;
-
 async fn try_decide(
     app: &AppState,
     handle: &Handle,
     peer: Option<SocketAddr>,
     headers: &HeaderMap,
-    form: DecisionForm,
+    fields: DecisionFields,
 ) -> Result<Decision, ApiError> {
-    let (person, _) = person(app, headers, peer).await?;
-    let Some(person) = person else {
-        return Ok(Err(Refusal::NotSignedIn));
+    let (person, _) = app.people().person(headers, peer).await?;
+    let form = DecisionForm {
+        decision: fields.decision,
+        csrf: fields.csrf,
+        reason: fields.reason,
+        effects_digest: fields.effects_digest,
     };
-    let Some(challenge) = handle.find(app).await? else {
-        return Ok(Err(Refusal::Invalid));
-    };
-    let csrf_ok = form
-        .csrf
-        .as_deref()
-        .is_some_and(|t| person.secret.csrf_matches(&challenge.new.id, t));
-    if !csrf_ok {
-        return Ok(Err(Refusal::BadCsrf));
-    }
-    let Some(verdict) = form.decision.as_deref().and_then(Verdict::parse) else {
-        return Ok(Err(Refusal::WrongDecision));
-    };
-    let Some(run) = app
-        .store
-        .get_run(&challenge.run_namespace()?, &challenge.run_key()?)
-        .await?
-    else {
-        return Ok(Err(Refusal::Invalid));
-    };
-    let approver = person.approver();
-    if let Err(refusal) = challenge.check(&run, &approver, verdict, app.clock.now_ms()) {
-        return Ok(Err(refusal));
-    }
-    let reason = form
-        .reason
-        .map(|r| r.trim().chars().take(1000).collect::<String>())
-        .filter(|r| !r.is_empty());
-    let (decision, state) = match verdict {
-        Verdict::Approve => ("approved", "approved"),
-        Verdict::Reject => ("rejected", "failed_terminal"),
-    };
-    let mut effects = match verdict {
-        Verdict::Approve => challenge.new.effects.clone(),
-        Verdict::Reject => Vec::new(),
-    };
-    effects.extend(challenge_callback(&challenge, decision, state));
-    let decided = Decided {
-        challenge_id: challenge.new.id.clone(),
-        verdict,
-        approver: approver.subject.clone(),
-        auth_method: approver.auth.as_str().into(),
-        reason,
-        effects,
-    };
-    let Some(run) = app.store.decide(&decided).await? else {
-        // Someone else decided first, or it expired meanwhile.
-        let now = handle.find(app).await?;
-        return Ok(Err(match now {
-            Some(c) if c.state != crate::approval::ChallengeState::Pending => {
-                Refusal::Used(c.state.as_str())
-            }
-            _ => Refusal::Expired,
-        }));
-    };
-    let outcome = match verdict {
-        Verdict::Approve => GateDecision::Approved,
-        Verdict::Reject => GateDecision::Rejected,
-    };
-    let waited = run.updated_at - challenge.created_at;
-    app.metrics
-        .gate_decided(&challenge.new.operation, outcome, waited);
-    app.metrics.run_moved(&run);
-    app.wake.notify_one();
-    Ok(Ok((verdict, challenge)))
+    Ok(app
+        .decisions()
+        .decide(handle, person.as_ref(), form)
+        .await?)
 }
 
 /// The peer address when the server records it.

@@ -226,7 +226,7 @@ pub fn refusal_status(refusal: &crate::approval::Refusal) -> StatusCode {
     match refusal {
         Refusal::NotSignedIn => StatusCode::UNAUTHORIZED,
         Refusal::Invalid => StatusCode::NOT_FOUND,
-        Refusal::Used(_) => StatusCode::CONFLICT,
+        Refusal::Used(_) | Refusal::EffectsChanged => StatusCode::CONFLICT,
         Refusal::Expired => StatusCode::GONE,
         Refusal::WrongDecision => StatusCode::BAD_REQUEST,
         Refusal::NotApprover

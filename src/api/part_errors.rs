@@ -80,6 +80,32 @@ impl From<crate::deadletter::plan::PlanError> for ApiError {
     }
 }
 
+impl From<crate::approval::gate::GateError> for ApiError {
+    fn from(err: crate::approval::gate::GateError) -> Self {
+        use crate::approval::gate::GateError as E;
+        match err {
+            E::Invalid { field, problem } => Self::invalid(field, problem),
+            E::OutputNotValidated(_) => Self::Conflict {
+                slug: "output-not-validated",
+                detail: err.to_string(),
+            },
+            E::OutputInvalid {
+                violations,
+                attempt,
+                repairs_left,
+                exhausted,
+            } => Self::OutputInvalid {
+                violations,
+                attempt,
+                repairs_left,
+                exhausted,
+            },
+            E::Misconfigured(what) => Self::Internal(what.into()),
+            E::Store(err) => err.into(),
+        }
+    }
+}
+
 impl From<crate::deadletter::bulk::StartError> for ApiError {
     fn from(err: crate::deadletter::bulk::StartError) -> Self {
         use crate::deadletter::bulk::StartError as E;
@@ -87,5 +113,21 @@ impl From<crate::deadletter::bulk::StartError> for ApiError {
             E::Plan(err) => err.into(),
             E::Store(err) => err.into(),
         }
+    }
+}
+
+impl From<crate::approval::decide::DecideError> for ApiError {
+    fn from(err: crate::approval::decide::DecideError) -> Self {
+        use crate::approval::decide::DecideError as E;
+        match err {
+            E::Corrupt(err) => err.into(),
+            E::Store(err) => err.into(),
+        }
+    }
+}
+
+impl From<crate::approval::card::UnknownState> for ApiError {
+    fn from(err: crate::approval::card::UnknownState) -> Self {
+        Self::invalid("state", err.to_string())
     }
 }

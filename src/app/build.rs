@@ -17,7 +17,6 @@ use crate::outbox::KillSwitch;
 use crate::state::AppState;
 use crate::tokens::port::StoredToken;
 use crate::tokens::{self, Authenticator};
-use crate::validate::OutputSchemas;
 
 /// Opens the configured store.
 ///
@@ -78,7 +77,8 @@ pub async fn build_state(
     };
     let auth = Authenticator::new(&config.tokens, &stored);
     let sources = Sources::prepare(&config.sources, &config.targets).map_err(anyhow::Error::msg)?;
-    let schemas = OutputSchemas::prepare(&config.operations).map_err(anyhow::Error::msg)?;
+    let schemas = crate::approval::operation::output_schemas(&config.operations)
+        .map_err(anyhow::Error::msg)?;
     let wake = Arc::new(Notify::new());
     let replay = ReplayContext::new(
         store.clone(),

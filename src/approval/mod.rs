@@ -10,7 +10,12 @@
 //! inserts the staged effects in one transaction, or does nothing at all.
 //!
 //! - [`policy`]: per-operation settings and `approve_by_exception` rules.
-//! - [`challenge`]: the challenge, the approver, every refusal.
+//! - [`gate`]: the owner's calls: model output recorded, the run gated.
+//! - [`challenge`]: the challenge and its moves; [`staged`]: its effects.
+//! - [`approver`]: who decides, and every refusal.
+//! - [`people`]: who is signed in (session cookie or trusted SSO).
+//! - [`decide`]: a person's decision, consumed once.
+//! - [`card`]: a challenge as an approval card.
 //! - [`session`]: browser sessions and trusted single sign-on.
 //! - [`token`]: secrets and CSRF tokens.
 //! - [`sweeper`]: expiry (dead letter) or escalation (a new challenge).
@@ -18,25 +23,31 @@
 
 use serde_json::{json, Value};
 
+pub mod approver;
+pub mod card;
 pub mod challenge;
+pub mod decide;
 pub mod effects;
+pub mod gate;
+pub mod identity;
 pub mod operation;
 pub mod pages;
+pub mod people;
 pub mod policy;
 pub mod port;
 pub mod session;
+pub mod staged;
 pub mod sweeper;
 pub mod token;
 
-pub use challenge::{
-    Approver, Audience, AuthMethod, Challenge, ChallengeMove, ChallengeState, NewChallenge,
-    Refusal, StagedEffect, Verdict,
-};
+pub use approver::{Approver, AuthMethod, Refusal};
+pub use challenge::{Audience, Challenge, ChallengeMove, ChallengeState, NewChallenge, Verdict};
 pub use operation::{GatePolicy, OperationConfig};
 pub use policy::{
     ApprovalPolicy, ApproverAuth, Eligibility, EligibilityRule, ExceptionPolicy, OutputContract,
 };
 pub use session::{ApprovalsConfig, StoredSession};
+pub use staged::StagedEffect;
 pub use token::Secret;
 
 use crate::clock::Millis;
@@ -57,6 +68,11 @@ pub fn first_challenge(
     let secret = Secret::generate();
     let policy = &op.approval;
     let (callback_url, callback_target) = callback.map(|c| (c.url, c.target)).unzip();
+    let mut card = card;
+    if let Value::Object(fields) = &mut card {
+        let digest = staged::effects_digest(&effects);
+        fields.insert("effects_digest".into(), Value::String(digest));
+    }
     let challenge = NewChallenge {
         id: uuid::Uuid::now_v7().to_string(),
         token_hash: Some(secret.digest()),

@@ -139,6 +139,35 @@ impl OperationConfig {
     }
 }
 
+/// Loads and compiles every operation's `[operations.output]` schema.
+///
+/// # Errors
+/// The field of the first schema that cannot be read or compiled.
+pub fn output_schemas(
+    operations: &[OperationConfig],
+) -> Result<crate::validate::OutputSchemas, String> {
+    let mut schemas = crate::validate::OutputSchemas::default();
+    for (i, op) in operations.iter().enumerate() {
+        let Some(output) = &op.output else { continue };
+        let at = format!("operations[{i}].output");
+        let schema = match (&output.schema, &output.schema_file) {
+            (Some(inline), _) => inline.clone(),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    format!("{at}.schema_file: cannot read {}: {e}", path.display())
+                })?;
+                serde_json::from_str(&text)
+                    .map_err(|e| format!("{at}.schema_file: {} is not JSON: {e}", path.display()))?
+            }
+            (None, None) => return Err(format!("{at}: no schema")),
+        };
+        schemas
+            .insert(&op.name, &schema, output.max_repairs)
+            .map_err(|e| format!("{at}: {e}"))?;
+    }
+    Ok(schemas)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

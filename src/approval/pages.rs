@@ -155,18 +155,8 @@ pub fn confirm(view: &Confirm<'_>) -> Markup {
             h2 { "Model output (untrusted text)" }
             (model_section(&card("model"), &card("output"), &card("validation")))
             h2 { "Proposed effects" }
-            table {
-                tr { th { "Effect" } th { "Target" } th { "Request" } th { "Idempotency key" } }
-                @for e in &c.new.effects {
-                    tr {
-                        td { code { (e.effect_type) } }
-                        td { (e.target) }
-                        td { (e.method) " " (e.url)
-                            @if let Some(body) = &e.body { pre { (preview(&String::from_utf8_lossy(body))) } } }
-                        td { code { (e.idempotency_key) } }
-                    }
-                }
-            }
+            p { "Everything below is sent as shown (the target adds its own secret headers). The approval is bound to digest " code { (c.bound_digest().unwrap_or("-")) } "; if an effect changes, the approval is refused." }
+            @for e in &c.new.effects { (effect_details(&super::card::ProposedEffect::from(e))) }
             (decision_section(view))
             h2 { "Re-run protocol" }
             ol {
@@ -192,6 +182,7 @@ fn decision_section(view: &Confirm<'_>) -> Markup {
         } @else if let Some(csrf) = &view.csrf {
             form.card method="post" action=(view.action) {
                 input type="hidden" name="csrf" value=(csrf);
+                @if let Some(digest) = c.bound_digest() { input type="hidden" name="effects_digest" value=(digest); }
                 label for="reason" { "Reason or note (recorded in the audit log)" }
                 textarea #reason name="reason" rows="2" maxlength="1000" {}
                 p {
@@ -264,4 +255,28 @@ fn capitalise(s: &str) -> String {
 /// Percent-encodes a path for a query parameter.
 pub fn urlencode(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+/// Everything one proposed effect will send, for the confirmation page and
+/// the console's inbox alike.
+pub fn effect_details(e: &super::card::ProposedEffect) -> Markup {
+    let json = |v: &Option<Value>| v.as_ref().map(Value::to_string);
+    html! {
+        table.kv {
+            tr { th scope="row" { "Effect" } td { code { (e.effect_type) } " → " (e.target) } }
+            tr { th scope="row" { "Request" } td { code { (e.method) " " (e.url) } } }
+            tr { th scope="row" { "Headers" } td {
+                @if e.headers.is_empty() { "none" }
+                @for (name, value) in &e.headers { code { (name) ": " (value) } " " }
+            } }
+            tr { th scope="row" { "Body" } td {
+                @match &e.body { Some(body) => pre { (preview(body)) }, None => "none" }
+            } }
+            tr { th scope="row" { "Idempotency key" } td { code { (e.idempotency_key) } } }
+            tr { th scope="row" { "Not before" } td { (e.not_before.as_deref().unwrap_or("—")) } }
+            tr { th scope="row" { "Rejection rule" } td { code { (json(&e.reject).unwrap_or_else(|| "—".into())) } } }
+            tr { th scope="row" { "External id from" } td { code { (json(&e.external_id).unwrap_or_else(|| "—".into())) } } }
+            tr { th scope="row" { "Probe URL" } td { code { (e.probe_url.as_deref().unwrap_or("—")) } } }
+        }
+    }
 }

@@ -9,7 +9,7 @@ use axum::http::header::COOKIE;
 use axum::http::{HeaderMap, HeaderValue};
 use serde::Deserialize;
 
-use super::challenge::AuthMethod;
+use super::approver::AuthMethod;
 use super::token::Secret;
 use crate::clock::Millis;
 use crate::tokens::Scope;

@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 
-use crate::api::approvals::{card_table, state_filter, ApprovalCard};
+use crate::approval::card::{card_table, state_filter, ApprovalCard};
 use crate::config::Config;
 
 /// Prints the challenges in `state` (most `limit`), as a table or JSON.

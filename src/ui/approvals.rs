@@ -14,7 +14,8 @@ use serde_json::Value;
 use super::error::{Result, UiError};
 use super::frame::{at, badge, or_dash, run_link, source_link, Nav};
 use super::session::Viewer;
-use crate::api::approvals::{state_filter, ApprovalCard};
+use crate::approval::card::{state_filter, ApprovalCard};
+use crate::approval::pages::effect_details;
 use crate::approval::Challenge;
 use crate::clock::Millis;
 use crate::state::AppState;
@@ -85,7 +86,8 @@ fn card(c: &Challenge, now: Millis) -> Markup {
                     }
                 } }
                 tr { th scope="row" { "Proposed effects" } td {
-                    @for e in &card.effects { code { (e.effect_type) } " → " (e.target) " " }
+                    @for e in &card.effects { (effect_details(e)) }
+                    @if let Some(d) = &card.effects_digest { p.note { "bound to " code { (d) } } }
                 } }
                 tr { th scope="row" { "Who may decide" } td {
                     (audience(&card.audience.subjects, &card.audience.roles))

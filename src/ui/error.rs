@@ -70,25 +70,6 @@ impl From<StartError> for UiError {
     }
 }
 
-// The sign-in extractor (`session.rs`) still reads the person through
-// `api::approve::person`, whose only failures are the store's. That page
-// moves with the approval seam; this conversion goes with it.
-impl From<crate::api::ApiError> for UiError {
-    fn from(err: crate::api::ApiError) -> Self {
-        use crate::api::ApiError as E;
-        match err {
-            E::Unavailable(e) => Self::Store(e),
-            E::NotFound(detail) => Self::NotFound(detail),
-            E::Invalid { detail, .. } => Self::Invalid(detail),
-            E::Internal(e) => match e.downcast::<StoreError>() {
-                Ok(e) => Self::Store(*e),
-                Err(e) => Self::Store(StoreError::Corrupt(e.to_string())),
-            },
-            other => Self::Refused(other.to_string()),
-        }
-    }
-}
-
 impl IntoResponse for UiError {
     fn into_response(self) -> Response {
         let status = self.status();

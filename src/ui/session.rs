@@ -16,8 +16,8 @@ use maud::Markup;
 
 use super::error::UiError;
 use super::frame::{page, Bar, Head, Nav};
-use crate::api::approve::{person, Person};
 use crate::approval::pages::{respond, urlencode};
+use crate::approval::people::Person;
 use crate::config::Scope;
 use crate::state::AppState;
 
@@ -107,7 +107,9 @@ impl FromRequestParts<AppState> for Viewer {
             .extensions
             .get::<ConnectInfo<SocketAddr>>()
             .map(|c| c.0);
-        let (found, cookie) = person(app, &parts.headers, peer)
+        let (found, cookie) = app
+            .people()
+            .person(&parts.headers, peer)
             .await
             .map_err(|e| UiError::from(e).into_response())?;
         let Some(person) = found else {

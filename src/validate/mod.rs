@@ -4,7 +4,7 @@
 //! with the model's identity, and only validated output reaches a gate or
 //! an effect.
 //!
-//! Schemas are compiled once at start ([`OutputSchemas::prepare`]), so a
+//! Schemas are compiled once at start (`approval::operation::output_schemas`), so a
 //! broken schema stops the service instead of failing the first run.
 
 pub mod port;
@@ -13,8 +13,6 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 use serde_json::Value;
-
-use crate::approval::OperationConfig;
 
 /// Most violations listed for one output (the rest are counted).
 const MAX_LISTED: usize = 50;
@@ -70,38 +68,26 @@ pub struct OutputSchemas {
 }
 
 impl OutputSchemas {
-    /// Loads and compiles every `[operations.output]` schema.
+    /// Compiles `schema` as `operation`'s contract.
     ///
     /// # Errors
-    /// The field of the first schema that cannot be read or compiled.
-    pub fn prepare(operations: &[OperationConfig]) -> Result<Self, String> {
-        let mut by_operation = HashMap::new();
-        for (i, op) in operations.iter().enumerate() {
-            let Some(output) = &op.output else { continue };
-            let at = format!("operations[{i}].output");
-            let schema = match (&output.schema, &output.schema_file) {
-                (Some(inline), _) => inline.clone(),
-                (None, Some(path)) => {
-                    let text = std::fs::read_to_string(path).map_err(|e| {
-                        format!("{at}.schema_file: cannot read {}: {e}", path.display())
-                    })?;
-                    serde_json::from_str(&text).map_err(|e| {
-                        format!("{at}.schema_file: {} is not JSON: {e}", path.display())
-                    })?
-                }
-                (None, None) => return Err(format!("{at}: no schema")),
-            };
-            let validator = jsonschema::validator_for(&schema)
-                .map_err(|e| format!("{at}: not a valid JSON Schema: {e}"))?;
-            by_operation.insert(
-                op.name.clone(),
-                Contract {
-                    validator,
-                    max_repairs: output.max_repairs,
-                },
-            );
-        }
-        Ok(Self { by_operation })
+    /// Why `schema` is not a valid JSON Schema.
+    pub fn insert(
+        &mut self,
+        operation: &str,
+        schema: &Value,
+        max_repairs: u32,
+    ) -> Result<(), String> {
+        let validator = jsonschema::validator_for(schema)
+            .map_err(|e| format!("not a valid JSON Schema: {e}"))?;
+        self.by_operation.insert(
+            operation.to_owned(),
+            Contract {
+                validator,
+                max_repairs,
+            },
+        );
+        Ok(())
     }
 
     /// The contract of `operation`, if it registered one.

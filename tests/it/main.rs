@@ -5,6 +5,7 @@
 
 mod api;
 mod approval_browser;
+mod approval_findings;
 mod approval_policies;
 mod approval_refusals;
 mod approval_secrecy;

@@ -1,0 +1,144 @@
+//! Who is signed in: a trusted single-sign-on header (from a configured
+//! proxy) or the session cookie; sign-in with an approver or operator
+//! token, and sign-out. Shared by the approval pages and the console.
+
+use std::net::SocketAddr;
+
+use axum::http::{HeaderMap, HeaderValue};
+
+use super::approver::{Approver, AuthMethod};
+use super::port::SessionStore;
+use super::secs_ms;
+use super::session::{cookie_secret, set_cookie, ApprovalsConfig, StoredSession};
+use super::token::Secret;
+use crate::clock::Clock;
+use crate::ledger::storage::StoreError;
+use crate::tokens::{Authenticator, Scope};
+
+/// A signed-in person: the session's secret (for CSRF) and its record.
+#[derive(Debug, Clone)]
+pub struct Person {
+    /// The cookie's secret.
+    pub secret: Secret,
+    /// The stored session.
+    pub session: StoredSession,
+}
+
+impl Person {
+    /// The person as an approver of a challenge.
+    pub fn approver(&self) -> Approver {
+        Approver {
+            subject: self.session.subject.clone(),
+            roles: self.session.roles.clone(),
+            may_approve: self.session.has(Scope::Approver),
+            auth: self.session.auth,
+        }
+    }
+}
+
+/// What resolving people needs.
+#[derive(Debug, Clone, Copy)]
+pub struct People<'a> {
+    /// Where sessions are kept.
+    pub store: &'a dyn SessionStore,
+    /// Sessions and single sign-on (`[approvals]`).
+    pub config: &'a ApprovalsConfig,
+    /// Known API tokens (sign-in).
+    pub auth: &'a Authenticator,
+    /// Session expiry.
+    pub clock: &'a dyn Clock,
+    /// Whether cookies are marked `Secure` (an https `public_base_url`).
+    pub secure: bool,
+}
+
+/// The person behind a request and, when a session was just opened for
+/// them (single sign-on), its cookie to set.
+pub type Found = (Option<Person>, Option<HeaderValue>);
+
+impl People<'_> {
+    /// The person behind a request: a trusted SSO header wins (a new
+    /// session is opened and its cookie returned), else the session cookie.
+    ///
+    /// # Errors
+    /// The store failed.
+    pub async fn person(
+        &self,
+        headers: &HeaderMap,
+        peer: Option<SocketAddr>,
+    ) -> Result<Found, StoreError> {
+        if let Some((subject, roles)) = self.config.sso_user(peer, headers) {
+            if let Some(existing) = self.session_of(headers).await? {
+                if existing.session.auth == AuthMethod::Sso
+                    && super::identity::same(&existing.session.subject, &subject)
+                {
+                    return Ok((Some(existing), None));
+                }
+            }
+            let scopes = self.config.sso_scopes.iter().map(|s| s.as_str().to_owned());
+            let (person, cookie) = self
+                .open_session(subject, scopes.collect(), roles, AuthMethod::Sso)
+                .await?;
+            return Ok((Some(person), Some(cookie)));
+        }
+        Ok((self.session_of(headers).await?, None))
+    }
+
+    /// The person of the session cookie alone (never single sign-on).
+    ///
+    /// # Errors
+    /// The store failed.
+    pub async fn session_of(&self, headers: &HeaderMap) -> Result<Option<Person>, StoreError> {
+        let Some(secret) = cookie_secret(headers) else {
+            return Ok(None);
+        };
+        let session = self.store.session(&secret.digest()).await?;
+        Ok(session.map(|session| Person { secret, session }))
+    }
+
+    /// Exchanges an approver or operator token for a session; `None` for
+    /// an unknown token or one with neither scope.
+    ///
+    /// # Errors
+    /// The store failed.
+    pub async fn sign_in(&self, token: &str) -> Result<Option<(Person, HeaderValue)>, StoreError> {
+        let principal = self.auth.authenticate(token.trim()).cloned();
+        let Some(p) = principal.filter(|p| p.has(Scope::Approver) || p.has(Scope::Operator)) else {
+            return Ok(None);
+        };
+        let scopes = p.scopes.iter().map(|s| s.as_str().to_owned()).collect();
+        let opened = self
+            .open_session(p.subject, scopes, p.roles, AuthMethod::Token)
+            .await?;
+        Ok(Some(opened))
+    }
+
+    /// Ends `person`'s session.
+    ///
+    /// # Errors
+    /// The store failed.
+    pub async fn sign_out(&self, person: &Person) -> Result<(), StoreError> {
+        self.store.delete_session(&person.session.id_hash).await
+    }
+
+    async fn open_session(
+        &self,
+        subject: String,
+        scopes: Vec<String>,
+        roles: Vec<String>,
+        auth: AuthMethod,
+    ) -> Result<(Person, HeaderValue), StoreError> {
+        let secret = Secret::generate();
+        let ttl = self.config.session_ttl_secs;
+        let session = StoredSession {
+            id_hash: secret.digest(),
+            subject,
+            scopes,
+            roles,
+            auth,
+            expires_at: self.clock.now_ms() + secs_ms(ttl),
+        };
+        self.store.insert_session(&session).await?;
+        let cookie = set_cookie(&secret, self.secure, ttl);
+        Ok((Person { secret, session }, cookie))
+    }
+}

@@ -1,0 +1,139 @@
+//! Issue 25's approval findings, through the real server (both stores):
+//! the card shows every effect field that will be sent and the approval is
+//! bound to their digest (M4); approve_by_exception judges the effects,
+//! not only the output (M5); identities compare normalised (L3).
+
+use serde_json::{json, Value};
+
+use crate::approvals::{claim, csrf_of, gate, gated_app, outbox_rows, Browser};
+use crate::harness::{on_both_backends, Backend, TestApp};
+
+fn link_of(app: &TestApp, body: &Value) -> String {
+    body["approval_url"]
+        .as_str()
+        .unwrap()
+        .strip_prefix(&app.base)
+        .unwrap()
+        .to_owned()
+}
+
+fn loaded_effect(base: &str) -> Value {
+    json!([{"operation": "send_reply", "effect_type": "reply", "target": "mail",
+        "path": "/send", "headers": {"X-HTTP-Method-Override": "DELETE"},
+        "body": {"to": "customer@example.com", "text": "We refunded you."},
+        "reject": {"pointer": "/status", "equals": "refused"},
+        "external_id": {"pointer": "/id"},
+        "probe_url": format!("{base}/messages/{{external_ref}}"),
+        "not_before": "2030-01-02T03:04:05Z"}])
+}
+
+async fn card_shows_every_effect_field_and_binds_them(backend: Backend) {
+    let (app, target, _) = gated_app(backend, 0.0, 3600).await;
+    let lease = claim(&app, "m4-1", Some("ursula")).await;
+    let (status, body) = gate(
+        &app,
+        "m4-1",
+        &lease,
+        "send_reply",
+        json!({"effects": loaded_effect(&target.base_url())}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let link = link_of(&app, &body);
+    let alice = Browser::login(&app, &app.approver).await;
+    let (_, page) = alice.get(&link).await;
+    for shown in [
+        "X-HTTP-Method-Override",
+        "DELETE",
+        "/messages/{external_ref}",
+        "refused",
+        "/status",
+        "/id",
+        "2030-01-02T03:04:05",
+    ] {
+        assert!(page.contains(shown), "the page shows {shown}: {page}");
+    }
+    let cards: Value = app
+        .client
+        .get(format!("{}/v1/approvals", app.base))
+        .bearer_auth(&app.approver)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let e = &cards[0]["effects"][0];
+    assert_eq!(e["headers"]["x-http-method-override"], "DELETE", "{cards}");
+    assert!(
+        e["probe_url"]
+            .as_str()
+            .unwrap()
+            .ends_with("/messages/{external_ref}"),
+        "{cards}"
+    );
+    assert!(e["not_before"].as_str().is_some(), "{cards}");
+    assert_eq!(e["reject"]["equals"], "refused", "{cards}");
+    assert_eq!(e["external_id"]["pointer"], "/id", "{cards}");
+    assert!(cards[0]["effects_digest"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
+    // An effect changed after the page was shown: the approval is refused.
+    let csrf = csrf_of(&page);
+    app.db
+        .exec("UPDATE challenges SET effects = REPLACE(effects, 'DELETE', 'PURGE') WHERE run_key = 'm4-1'")
+        .await;
+    let (status, page) = alice.decide(&link, "approve", &csrf).await;
+    assert_eq!(status, 409, "{page}");
+    assert!(page.contains("changed"), "{page}");
+    assert_eq!(outbox_rows(&app, "m4-1").await, 0, "nothing was sent");
+    app.stop().await;
+}
+
+async fn exception_rules_judge_the_effects(backend: Backend) {
+    let (app, _t, _) = gated_app(backend, 0.0, 3600).await;
+    let lease = claim(&app, "m5-1", None).await;
+    let (status, body) = app
+        .post(
+            "/v1/runs/output",
+            Some(&app.workflow),
+            &json!({"namespace": "support",
+            "key": "m5-1", "lease": lease, "operation": "refund",
+            "output": {"amount": 10, "reply": "ok"},
+            "model": {"provider_class": "hosted", "model": "drafter", "revision": "r7"}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let effects = json!([{"operation": "refund", "effect_type": "reply", "target": "mail",
+        "path": "/send", "body": {"amount": 1_000_000}}]);
+    let (status, body) = gate(&app, "m5-1", &lease, "refund", json!({"effects": effects})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["decision"], "human",
+        "the effect sends another amount: {body}"
+    );
+    assert_eq!(outbox_rows(&app, "m5-1").await, 0);
+    app.stop().await;
+}
+
+async fn identities_compare_normalised(backend: Backend) {
+    let (app, _t, people) = gated_app(backend, 0.0, 3600).await;
+    let lease = claim(&app, "l3-1", Some("Bob")).await;
+    let (_, body) = gate(&app, "l3-1", &lease, "send_reply", json!({})).await;
+    let link = link_of(&app, &body);
+    let bob = Browser::login(&app, &people.bob).await;
+    let (status, page) = bob.get(&link).await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("you requested") && !page.contains("name=\"csrf\""),
+        "\"Bob\" is bob: {page}"
+    );
+    app.stop().await;
+}
+
+on_both_backends!(
+    card_shows_every_effect_field_and_binds_them,
+    exception_rules_judge_the_effects,
+    identities_compare_normalised,
+);
