@@ -43,7 +43,7 @@ async fn card_shows_every_effect_field_and_binds_them(backend: Backend) {
     let alice = Browser::login(&app, &app.approver).await;
     let (_, page) = alice.get(&link).await;
     for shown in [
-        "X-HTTP-Method-Override",
+        "x-http-method-override", // header names are stored lowercased
         "DELETE",
         "/messages/{external_ref}",
         "refused",
