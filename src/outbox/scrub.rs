@@ -23,7 +23,12 @@ pub fn needles<'a>(secrets: impl IntoIterator<Item = &'a SecretString>) -> Vec<V
             continue;
         }
         let json = serde_json::to_string(raw).unwrap_or_default();
-        let escaped = json.trim_matches('"');
+        // Exactly the one quote on each side: a value ending in an
+        // escaped quote keeps it.
+        let escaped = json
+            .strip_prefix('"')
+            .and_then(|s| s.strip_suffix('"'))
+            .unwrap_or(raw);
         if escaped != raw {
             out.push(escaped.as_bytes().to_vec());
         }
