@@ -61,6 +61,7 @@ impl AppState {
     pub fn outbox(&self) -> crate::outbox::commit::Outbox<'_> {
         crate::outbox::commit::Outbox {
             store: self.store.as_ref(),
+            runs: self.store.as_ref(),
             metrics: &self.metrics,
             wake: &self.wake,
         }

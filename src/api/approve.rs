@@ -8,7 +8,8 @@
 
 use std::net::SocketAddr;
 
-use axum::extract::{ConnectInfo, Path, Query, Request, State};
+use crate::api::PathId;
+use axum::extract::{ConnectInfo, Query, Request, State};
 use axum::http::header::{ACCEPT, LOCATION, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -155,7 +156,7 @@ fn path_of(handle: &Handle) -> String {
 
 async fn show_by_token(
     State(app): State<AppState>,
-    Path(token): Path<String>,
+    PathId(token): PathId,
     req: Request,
 ) -> Response {
     show(app, Handle::Token(token), req)
@@ -163,7 +164,7 @@ async fn show_by_token(
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn show_by_id(State(app): State<AppState>, Path(id): Path<String>, req: Request) -> Response {
+async fn show_by_id(State(app): State<AppState>, PathId(id): PathId, req: Request) -> Response {
     show(app, Handle::Id(id), req)
         .await
         .unwrap_or_else(IntoResponse::into_response)
@@ -212,7 +213,7 @@ struct DecisionFields {
 
 async fn decide_by_token(
     State(app): State<AppState>,
-    Path(token): Path<String>,
+    PathId(token): PathId,
     ConnectInfoOpt(peer): ConnectInfoOpt,
     headers: HeaderMap,
     Form(form): Form<DecisionFields>,
@@ -222,7 +223,7 @@ async fn decide_by_token(
 
 async fn decide_by_id(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    PathId(id): PathId,
     ConnectInfoOpt(peer): ConnectInfoOpt,
     headers: HeaderMap,
     Form(form): Form<DecisionFields>,

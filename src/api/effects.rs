@@ -2,7 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Path, Query, State};
+use crate::api::PathId;
+use axum::extract::{Query, State};
 use axum::routing::{get, post};
 use axum::{middleware, Json, Router};
 use serde::{Deserialize, Serialize};
@@ -18,6 +19,7 @@ use crate::ledger::{IdempotencyKey, Namespace, OwnerCall};
 use crate::outbox::effect_check::EffectRequest;
 use crate::outbox::{Effect, ExternalIdAt, NewEffect, RejectRule};
 use crate::state::AppState;
+use crate::tokens::Scope;
 
 pub(super) fn router(state: AppState) -> Router<AppState> {
     let owner = Router::new()
@@ -267,8 +269,10 @@ pub(super) async fn list(
 pub(super) async fn cancel(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    PathId(id): PathId,
 ) -> Result<Json<EffectView>> {
-    let effect = app.outbox().cancel(&id, &caller.subject).await?;
+    // A workflow token cancels only its own runs' effects; an operator any.
+    let own = (!caller.has(Scope::Operator)).then_some(caller.subject.as_str());
+    let effect = app.outbox().cancel(&id, &caller.subject, own).await?;
     Ok(Json(effect.into()))
 }

@@ -2,8 +2,9 @@
 //! limit, hands it to the intake ([`crate::ingress::Intake::accept`]) and
 //! answers the provider.
 
+use crate::api::PathId;
 use axum::body::{to_bytes, Body};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::header::RETRY_AFTER;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
@@ -37,7 +38,7 @@ pub(crate) fn router() -> Router<AppState> {
     ))]
 pub(crate) async fn receive(
     State(app): State<AppState>,
-    Path(name): Path<String>,
+    PathId(name): PathId,
     correlation: Option<axum::Extension<CorrelationId>>,
     headers: HeaderMap,
     body: Body,

@@ -9,7 +9,8 @@
 
 use std::sync::Arc;
 
-use axum::extract::{FromRequest, Request};
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use axum::http::request::Parts;
 use axum::Router;
 use serde::de::DeserializeOwned;
 
@@ -21,8 +22,7 @@ pub mod approvals;
 pub mod approve;
 pub mod auth;
 mod claims;
-// Crate-visible: the console reuses its bulk-replay selection and dry run.
-pub(crate) mod deadletters;
+mod deadletters;
 mod effects;
 pub mod error;
 mod gate;
@@ -35,8 +35,7 @@ mod part_errors;
 pub mod runs;
 // The request span and the duration histogram.
 pub mod telemetry;
-// Crate-visible: the console's run page reuses `load`.
-pub(crate) mod timeline;
+mod timeline;
 
 pub use error::{ApiError, Problem};
 pub use runs::RunView;
@@ -72,6 +71,30 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
                 state.config.server.max_body_bytes,
             )),
         }
+    }
+}
+
+/// One path segment naming a record (a dead letter, job, effect, challenge
+/// or source), refused with a problem+json 400 when it holds a control
+/// character: PostgreSQL cannot store a NUL in text, and no id oncegate
+/// hands out holds one, so `%00` is bad input, never a database error.
+#[derive(Debug)]
+pub struct PathId(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Path(id) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|rejection| ApiError::invalid("path", rejection.body_text()))?;
+        if id.chars().any(char::is_control) {
+            return Err(ApiError::invalid(
+                "path",
+                "must not contain control characters",
+            ));
+        }
+        Ok(Self(id))
     }
 }
 

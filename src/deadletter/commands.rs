@@ -157,6 +157,10 @@ pub struct ExecutionFailure {
     pub retryable: bool,
     /// The token subject reporting it.
     pub actor: String,
+    /// Only runs this subject claimed (`None`: any run, for an admin).
+    /// Execution ids are sequential in n8n, so one workflow's token could
+    /// otherwise fail another's runs by guessing its id.
+    pub claimed_by: Option<String>,
 }
 
 impl ExecutionFailure {

@@ -6,6 +6,7 @@ use tokio::sync::Notify;
 
 use super::port::OutboxStore;
 use super::{AttemptView, Effect, EffectState, NewEffect};
+use crate::ledger::port::LedgerStore;
 use crate::ledger::storage::StoreError;
 use crate::ledger::{IdempotencyKey, Moved, Namespace, OwnerCall};
 use crate::metrics::Metrics;
@@ -15,6 +16,8 @@ use crate::metrics::Metrics;
 pub struct Outbox<'a> {
     /// Where effects are queued and read.
     pub store: &'a dyn OutboxStore,
+    /// Where an effect's run is read (whose token claimed it).
+    pub runs: &'a dyn LedgerStore,
     /// Run-move metrics.
     pub metrics: &'a Metrics,
     /// Wakes the dispatcher when effects are queued.
@@ -91,11 +94,27 @@ impl Outbox<'_> {
     }
 
     /// Cancels an effect still pending (its run completes when nothing
-    /// else is outstanding).
+    /// else is outstanding). With `only_claimed_by`, only an effect of a
+    /// run that subject claimed: any other answers [`CancelError::NotFound`].
     ///
     /// # Errors
     /// [`CancelError`] when there is no such effect or it was already sent.
-    pub async fn cancel(&self, id: &str, actor: &str) -> Result<Effect, CancelError> {
+    pub async fn cancel(
+        &self,
+        id: &str,
+        actor: &str,
+        only_claimed_by: Option<&str>,
+    ) -> Result<Effect, CancelError> {
+        if let Some(claimer) = only_claimed_by {
+            // Another token's run answers as if the effect did not exist:
+            // effect ids are not secret enough to be the only guard.
+            let Some(effect) = self.store.effect(id).await? else {
+                return Err(CancelError::NotFound(id.to_owned()));
+            };
+            if !self.claimed_by(&effect, claimer).await? {
+                return Err(CancelError::NotFound(id.to_owned()));
+            }
+        }
         if let Some(effect) = self.store.cancel_effect(id, actor).await? {
             return Ok(effect);
         }
@@ -106,5 +125,17 @@ impl Outbox<'_> {
             }),
             None => Err(CancelError::NotFound(id.to_owned())),
         }
+    }
+
+    /// Whether `subject` claimed the run `effect` belongs to.
+    async fn claimed_by(&self, effect: &Effect, subject: &str) -> Result<bool, StoreError> {
+        let (Ok(namespace), Ok(key)) = (
+            Namespace::parse(effect.namespace.as_str()),
+            IdempotencyKey::parse(effect.key.as_str()),
+        ) else {
+            return Ok(false);
+        };
+        let run = self.runs.get_run(&namespace, &key).await?;
+        Ok(run.is_some_and(|run| run.claimed_by == subject))
     }
 }

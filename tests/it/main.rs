@@ -34,6 +34,7 @@ mod n8n;
 mod process;
 mod redaction;
 mod retention;
+mod run_scoping;
 // The listener under hostile clients and a broken log sink (issue 25).
 mod serve_limits;
 mod target;

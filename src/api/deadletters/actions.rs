@@ -1,7 +1,8 @@
 //! The operator's commands on one dead letter: resolve, replay, replace,
 //! assign; and the replacement links of a run.
 
-use axum::extract::{Path, Query, State};
+use crate::api::PathId;
+use axum::extract::{Query, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -99,7 +100,7 @@ pub struct ResolveBody {
 pub(in crate::api) async fn resolve(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    PathId(id): PathId,
     ApiJson(body): ApiJson<ResolveBody>,
 ) -> Result<Json<ActionResponse>> {
     let resolution = match body.resolution.as_str() {
@@ -145,7 +146,7 @@ pub struct ReplayBody {
 pub(in crate::api) async fn replay(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    PathId(id): PathId,
     ApiJson(body): ApiJson<ReplayBody>,
 ) -> Result<Json<ActionResponse>> {
     let cmd = ReplayCommand {
@@ -185,7 +186,7 @@ pub struct ReplaceBody {
 pub(in crate::api) async fn replace(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    PathId(id): PathId,
     ApiJson(body): ApiJson<ReplaceBody>,
 ) -> Result<Json<ActionResponse>> {
     let key = IdempotencyKey::parse(body.key)?;
@@ -214,7 +215,7 @@ pub struct AssignBody {
     ))]
 pub(in crate::api) async fn assign(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    PathId(id): PathId,
     ApiJson(body): ApiJson<AssignBody>,
 ) -> Result<Json<DeadLetterView>> {
     let owner = required_text("owner", body.owner, 200)?;

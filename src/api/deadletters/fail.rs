@@ -13,6 +13,7 @@ use super::super::{ApiJson, Caller};
 use super::actions::required_text;
 use crate::deadletter::{ExecutionFailed, ExecutionFailure};
 use crate::state::AppState;
+use crate::tokens::Scope;
 
 /// The reported error.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -74,6 +75,7 @@ pub(in crate::api) async fn fail_by_execution(
         error_class: optional_text("error.class", body.error.class, 255)?,
         retryable: body.retryable,
         actor: caller.subject.clone(),
+        claimed_by: (!caller.has(Scope::Admin)).then(|| caller.subject.clone()),
     };
     match app.store.fail_by_execution(&failure).await? {
         ExecutionFailed::Moved(runs) => Ok(Json(FailByExecutionResponse {

@@ -2,7 +2,8 @@
 //! into ids), a dry-run summary that writes and sends nothing, then a
 //! tracked job the runner works under a rate limit, with stop and resume.
 
-use axum::extract::{Path, Query, State};
+use crate::api::PathId;
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -220,7 +221,7 @@ async fn job_or_404(app: &AppState, id: &str) -> Result<ReplayJob> {
     ))]
 pub(in crate::api) async fn show(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    PathId(id): PathId,
     Query(q): Query<ItemsQuery>,
 ) -> Result<Json<JobDetail>> {
     let limit = q.items_limit.unwrap_or(100);
@@ -278,7 +279,7 @@ async fn set_state(app: &AppState, id: &str, stop: bool, actor: &str) -> Result<
 pub(in crate::api) async fn stop(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    PathId(id): PathId,
 ) -> Result<Json<JobView>> {
     set_state(&app, &id, true, &caller.subject).await
 }
@@ -294,7 +295,7 @@ pub(in crate::api) async fn stop(
 pub(in crate::api) async fn resume(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    PathId(id): PathId,
 ) -> Result<Json<JobView>> {
     set_state(&app, &id, false, &caller.subject).await
 }

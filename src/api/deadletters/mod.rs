@@ -3,7 +3,8 @@
 //! operator's commands ([`actions`]); bulk replay jobs ([`jobs`]); and the
 //! workflow's failure report by execution ref ([`fail`], workflow scope).
 
-use axum::extract::{Path, Query, State};
+use crate::api::PathId;
+use axum::extract::{Query, State};
 use axum::routing::{get, post};
 use axum::{middleware, Json, Router};
 use serde::{Deserialize, Serialize};
@@ -209,7 +210,7 @@ pub struct DeadLetterDetail {
     ))]
 pub(super) async fn show(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    PathId(id): PathId,
 ) -> Result<Json<DeadLetterDetail>> {
     let dl = app
         .store

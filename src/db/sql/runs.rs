@@ -59,9 +59,10 @@ pub struct RunStatements {
     /// namespace, key, reason.
     pub operator_move: HashMap<Move, String>,
     /// Failure reports by execution ref, per move. Binds: now,
-    /// execution_ref, last_error, reason.
+    /// execution_ref, last_error, reason, claimed_by (NULL: any claimer).
     pub fail_by_execution: HashMap<Move, String>,
-    /// Runs holding an execution ref. Binds: execution_ref.
+    /// Runs holding an execution ref, of one claimer unless NULL. Binds:
+    /// execution_ref, claimed_by.
     pub runs_by_execution: String,
     /// Slims a run to its tombstone. Binds: namespace, key, version, now.
     pub slim: String,
@@ -216,11 +217,13 @@ impl RunStatements {
                          last_error = $3, reason = $4, lease_owner = NULL, lease_expires_at = NULL, \
                          lease_started_at = NULL, audit_seq = audit_seq + 1, updated_at = {now} \
                      WHERE execution_ref = $2 AND state IN {guard} \
+                       AND (CAST($5 AS TEXT) IS NULL OR claimed_by = $5) \
                      RETURNING {RUN_COLUMNS}"
                 )
             }),
             runs_by_execution: format!(
-                "SELECT {RUN_COLUMNS} FROM runs WHERE execution_ref = $1 ORDER BY namespace, run_key"
+                "SELECT {RUN_COLUMNS} FROM runs WHERE execution_ref = $1 \
+                   AND (CAST($2 AS TEXT) IS NULL OR claimed_by = $2) ORDER BY namespace, run_key"
             ),
             slim: format!(
                 "UPDATE runs SET archived_at = $4, prev_state = NULL, result = NULL, \

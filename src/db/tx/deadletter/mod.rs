@@ -197,7 +197,8 @@ async fn fail_by_execution(
         .bind(tx.now)
         .bind(&f.execution_ref)
         .bind(&f.message)
-        .bind(reason);
+        .bind(reason)
+        .bind(f.claimed_by.as_deref());
     let rows: Vec<RunRow> = tx.all(sql, args).await?;
     if rows.is_empty() {
         return Ok(Finish::Rollback(None));
@@ -278,7 +279,9 @@ impl<B: Backend> DeadLetterStore for Db<B> {
             return Ok(ExecutionFailed::Moved(moved));
         }
         let rd = self.reader();
-        let args = Args::new().bind(&failure.execution_ref);
+        let args = Args::new()
+            .bind(&failure.execution_ref)
+            .bind(failure.claimed_by.as_deref());
         let runs: Vec<RunRow> = rd.all(&rd.st.runs.runs_by_execution, args).await?;
         if runs.is_empty() {
             return Ok(ExecutionFailed::NoRun);
