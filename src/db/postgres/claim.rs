@@ -18,10 +18,9 @@
 //! or a taken business key returns nothing, and the caller goes on to the
 //! general path, which answers it exactly as before.
 
-use serde_json::json;
-
-use crate::audit::{AuditEntry, Redactor};
+use crate::audit::Redactor;
 use crate::db::sql::RUN_COLUMNS;
+use crate::db::tx::ledger::{claim_detail, first_claim_entry};
 use crate::ledger::{
     reclaimable_sql, ClaimRequest, FencingVersion, Lease, LeaseOwner, Move, RunState,
 };
@@ -51,25 +50,9 @@ impl Prepared {
             .clone()
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
         // The general claim's detail for a first attempt, field for field.
-        let mut detail = json!({
-            "attempt": 1,
-            "payload_hash": req.payload_hash.as_str(),
-            "execution_ref": meta.execution_ref,
-            "lease_ms": req.lease_ms,
-        });
+        let mut detail = claim_detail(req, 1);
         redactor.value(req.namespace.as_str(), &mut detail);
-        let entry = AuditEntry {
-            namespace: req.namespace.to_string(),
-            key: req.key.to_string(),
-            seq: 1,
-            kind: Move::Claim.as_str().into(),
-            actor: req.claimed_by.clone(),
-            from_state: None,
-            to_state: Some(RunState::Processing.as_str().into()),
-            version: Some(1),
-            detail,
-            created_at: clock_now,
-        };
+        let entry = first_claim_entry(req, detail, clock_now);
         Self {
             owner_hex: owner.to_hex(),
             owner,

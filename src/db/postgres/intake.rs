@@ -16,11 +16,10 @@
 //! could win it now, and anything else (a reclaim, a taken business key,
 //! a race) goes on to the general accept.
 
-use serde_json::json;
-
 use super::claim::Prepared;
-use crate::audit::{AuditEntry, Redactor};
+use crate::audit::Redactor;
 use crate::db::sql::RUN_COLUMNS;
+use crate::db::tx::ingress::{approval_detail, intake_approval_entry};
 use crate::db::tx::to_json;
 use crate::ingress::RawEvent;
 use crate::ledger::storage::Result;
@@ -55,20 +54,9 @@ impl PreparedIntake {
         forward: &NewEffect,
         redactor: &Redactor,
     ) -> Result<Self> {
-        let mut detail = json!({ "effects": [forward.effect_type], "raw_event_id": event.id });
+        let mut detail = approval_detail(event, forward);
         redactor.value(req.namespace.as_str(), &mut detail);
-        let entry = AuditEntry {
-            namespace: req.namespace.to_string(),
-            key: req.key.to_string(),
-            seq: 2,
-            kind: Move::Approve.as_str().into(),
-            actor: req.claimed_by.clone(),
-            from_state: Some(RunState::Processing.as_str().into()),
-            to_state: Some(RunState::Approved.as_str().into()),
-            version: Some(2),
-            detail,
-            created_at: claim.created_at,
-        };
+        let entry = intake_approval_entry(req, detail, claim.created_at);
         Ok(Self {
             head: entry.chain_hash(Some(&claim.hash)),
             detail: entry.detail.to_string(),

@@ -3,7 +3,7 @@
 //! [`IngressStore`] port.
 
 use async_trait::async_trait;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::chain::Foreseen;
 use super::deadletter::record_dead_letter;
@@ -79,7 +79,7 @@ async fn accept(
 }
 
 /// The approval's audit detail.
-fn approval_detail(event: &RawEvent, forward: &NewEffect) -> serde_json::Value {
+pub(crate) fn approval_detail(event: &RawEvent, forward: &NewEffect) -> Value {
     json!({ "effects": [forward.effect_type], "raw_event_id": event.id })
 }
 
@@ -93,7 +93,15 @@ fn foresee(
     at: Millis,
 ) -> [Foreseen; 2] {
     let claim = first_entry(st, req, at);
-    let entry = AuditEntry {
+    let entry = intake_approval_entry(req, approval_detail(event, forward), at);
+    let approval = Foreseen::new(st, entry, Some(claim.hash().to_owned()));
+    [claim, approval]
+}
+
+/// A new event's second audit entry, the move to `approved` with its
+/// forward effect, with `detail`.
+pub(crate) fn intake_approval_entry(req: &ClaimRequest, detail: Value, at: Millis) -> AuditEntry {
+    AuditEntry {
         namespace: req.namespace.to_string(),
         key: req.key.to_string(),
         seq: 2,
@@ -102,11 +110,9 @@ fn foresee(
         from_state: Some(RunState::Processing.as_str().into()),
         to_state: Some(RunState::Approved.as_str().into()),
         version: Some(2),
-        detail: approval_detail(event, forward),
+        detail,
         created_at: at,
-    };
-    let approval = Foreseen::new(st, entry, Some(claim.hash().to_owned()));
-    [claim, approval]
+    }
 }
 
 /// Stores a conflicting delivery as evidence and records its dead letter.

@@ -49,7 +49,13 @@ pub(crate) async fn try_claim(tx: &mut Tx<'_>, req: &ClaimRequest) -> Result<Att
 /// A new key's first audit entry, hashed before the claim is written (at
 /// `at`, this node's clock when the claim arrived).
 pub(crate) fn first_entry(st: &Statements, req: &ClaimRequest, at: Millis) -> Foreseen {
-    let entry = AuditEntry {
+    Foreseen::new(st, first_claim_entry(req, claim_detail(req, 1), at), None)
+}
+
+/// A new key's first audit entry with `detail` (every other field is known
+/// before the insert: version 1, sequence 1, no previous state).
+pub(crate) fn first_claim_entry(req: &ClaimRequest, detail: Value, at: Millis) -> AuditEntry {
+    AuditEntry {
         namespace: req.namespace.to_string(),
         key: req.key.to_string(),
         seq: 1,
@@ -58,14 +64,13 @@ pub(crate) fn first_entry(st: &Statements, req: &ClaimRequest, at: Millis) -> Fo
         from_state: None,
         to_state: Some(RunState::Processing.as_str().into()),
         version: Some(FencingVersion::FIRST.get()),
-        detail: claim_detail(req, 1),
+        detail,
         created_at: at,
-    };
-    Foreseen::new(st, entry, None)
+    }
 }
 
 /// The claim's audit detail for attempt `attempt`.
-pub(super) fn claim_detail(req: &ClaimRequest, attempt: i64) -> Value {
+pub(crate) fn claim_detail(req: &ClaimRequest, attempt: i64) -> Value {
     json!({
         "attempt": attempt,
         "payload_hash": req.payload_hash.as_str(),

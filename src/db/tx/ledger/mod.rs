@@ -5,8 +5,8 @@ mod claim;
 mod owner;
 
 pub(crate) use claim::{
-    answer, approve_claimed, approve_claimed_foreseen, first_entry, settled_claim, try_claim,
-    try_claim_foreseen, Attempt,
+    answer, approve_claimed, approve_claimed_foreseen, claim_detail, first_claim_entry,
+    first_entry, settled_claim, try_claim, try_claim_foreseen, Attempt,
 };
 use owner::{finish, renew};
 pub(crate) use owner::{owner_guard, owner_move, MoveFields};
