@@ -2,6 +2,7 @@
 //! approval link, sees the card, approves, and the target receives the
 //! effect once. Driven through chromedriver's W3C WebDriver protocol.
 
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -18,7 +19,17 @@ struct Browser {
 }
 
 impl Drop for Browser {
+    /// Ends chromedriver and the Chromium it started, whatever the test's
+    /// outcome: chromedriver runs in a process group of its own, and the
+    /// whole group is killed (killing chromedriver alone left Chromium
+    /// running, orphaned, after the suite).
     fn drop(&mut self) {
+        let group = format!("-{}", self.driver.id());
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
@@ -33,6 +44,7 @@ impl Browser {
             .port();
         let driver = Command::new("chromedriver")
             .arg(format!("--port={port}"))
+            .process_group(0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -34,6 +34,20 @@ pub struct Browser {
     _chromedriver: tokio::process::Child,
 }
 
+impl Drop for Browser {
+    /// Ends chromedriver's whole process group, Chromium included, even
+    /// when the test died before `quit`.
+    fn drop(&mut self) {
+        if let Some(pid) = self._chromedriver.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
 impl Browser {
     async fn start(base: &str) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -47,6 +61,9 @@ impl Browser {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
+            // Its own process group, so a test that dies before `quit`
+            // can still end Chromium with it (see `Drop for Browser`).
+            .process_group(0)
             .spawn()
             .unwrap_or_else(|e| {
                 panic!("cannot start {driver_bin} ({e}); run scripts/ensure-browser")
