@@ -120,7 +120,17 @@ pub enum ClaimOutcome {
 }
 
 impl ClaimOutcome {
-    /// The metric label of this outcome.
+    /// Every value [`Self::label`] returns.
+    pub const LABELS: [&'static str; 6] = [
+        "claimed",
+        "duplicate",
+        "in_flight",
+        "finished",
+        "duplicate_of",
+        "conflict",
+    ];
+
+    /// The metric label of this outcome (one of [`Self::LABELS`]).
     pub fn label(&self) -> &'static str {
         match self {
             Self::Claimed { .. } => "claimed",

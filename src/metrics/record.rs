@@ -10,7 +10,7 @@ use std::time::Duration;
 use axum::http::{Method, StatusCode};
 
 use super::labels::OTHER;
-use super::Metrics;
+use super::{DeclaredNames, Metrics};
 use crate::ledger::{ClaimOutcome, Run, RunState};
 
 /// How a person's approval gate ended (see [`Metrics::gate_decided`]).
@@ -61,7 +61,45 @@ fn seconds(ms: i64) -> f64 {
     ms.max(0) as f64 / 1000.0
 }
 
+/// Every `decision` label of `oncegate_gate_decisions_total`.
+const GATE_DECISIONS: [&str; 4] = ["auto_acted", "approved", "rejected", "expired"];
+
 impl Metrics {
+    /// Creates, at zero, every counter series the configuration names (its
+    /// sources, `metrics.namespaces`, targets and operations). A series
+    /// that first appears at 1 has no earlier sample, so `increase()`
+    /// over it reads 0 and an alert on the first payload conflict or
+    /// signature failure of a namespace would never fire.
+    pub(super) fn start_at_zero(&self, declared: &DeclaredNames, namespaces: &[String]) {
+        for ns in declared.sources.iter().chain(namespaces) {
+            for outcome in ClaimOutcome::LABELS {
+                self.claims.with_label_values(&[ns, outcome]);
+            }
+            self.lease_steals.with_label_values(&[ns]);
+            self.payload_conflicts.with_label_values(&[ns]);
+        }
+        for source in &declared.sources {
+            self.signature_failures.with_label_values(&[source]);
+        }
+        for target in &declared.targets {
+            self.retry_exhaustions.with_label_values(&[target]);
+            self.retries_near_budget.with_label_values(&[target]);
+            self.unknown_outcomes.with_label_values(&[target]);
+        }
+        for op in &declared.operations {
+            for decision in GATE_DECISIONS {
+                self.gate_decisions.with_label_values(&[op, decision]);
+            }
+            for failure in [
+                ValidationFailure::Invalid,
+                ValidationFailure::RepairsExhausted,
+            ] {
+                self.validation_failures
+                    .with_label_values(&[op, failure.as_str()]);
+            }
+        }
+    }
+
     /// A claim (API or ingress) got its answer.
     pub fn claim_answered(&self, namespace: &str, outcome: &ClaimOutcome) {
         let ns = self.bounds.namespaces.label(namespace);
@@ -250,6 +288,38 @@ mod tests {
             assert!(text.contains(line), "missing {line}\n{text}");
         }
         assert!(!text.contains("oncegate_gate_wait_seconds_count{decision=\"auto_acted\""));
+    }
+
+    #[test]
+    fn configured_names_start_at_zero() {
+        let declared = DeclaredNames {
+            sources: vec!["stripe".into()],
+            targets: vec!["crm-api".into()],
+            operations: vec!["refund".into()],
+        };
+        let config = MetricsConfig {
+            namespaces: vec!["crm".into()],
+            ..MetricsConfig::default()
+        };
+        let text = Metrics::from_config(&config, declared).render();
+        for line in [
+            "oncegate_claims_total{namespace=\"crm\",outcome=\"conflict\"} 0",
+            "oncegate_claims_total{namespace=\"stripe\",outcome=\"duplicate_of\"} 0",
+            "oncegate_payload_conflicts_total{namespace=\"crm\"} 0",
+            "oncegate_lease_steals_total{namespace=\"stripe\"} 0",
+            "oncegate_signature_failures_total{source=\"stripe\"} 0",
+            "oncegate_unknown_outcomes_total{target=\"crm-api\"} 0",
+            "oncegate_retries_near_budget_total{target=\"crm-api\"} 0",
+            "oncegate_retry_exhaustions_total{target=\"crm-api\"} 0",
+            "oncegate_gate_decisions_total{decision=\"expired\",operation=\"refund\"} 0",
+            "oncegate_validation_failures_total{operation=\"refund\",outcome=\"repairs_exhausted\"} 0",
+        ] {
+            assert!(text.contains(line), "missing {line}\n{text}");
+        }
+        assert!(
+            !text.contains("source=\"crm\""),
+            "only sources are sources: {text}"
+        );
     }
 
     #[test]

@@ -183,6 +183,7 @@ impl Metrics {
     /// Never in practice: the names below are valid and registered once.
     pub fn from_config(config: &MetricsConfig, declared: DeclaredNames) -> Self {
         let max = config.max_label_values;
+        let zeroed = declared.clone();
         let namespaces = declared
             .sources
             .into_iter()
@@ -200,7 +201,7 @@ impl Metrics {
             registry: Registry::new(),
             names: Vec::new(),
         };
-        Self {
+        let metrics = Self {
             claims: b.counter(
                 "oncegate_claims_total",
                 "Claims by namespace and outcome (claimed, duplicate, in_flight, finished, duplicate_of, conflict).",
@@ -314,7 +315,9 @@ impl Metrics {
             bounds,
             registry: b.registry,
             names: b.names,
-        }
+        };
+        metrics.start_at_zero(&zeroed, &config.namespaces);
+        metrics
     }
 
     /// The registry, for later parts to register their own metrics.

@@ -47,6 +47,7 @@ mod console_search;
 // Metrics and logs.
 mod logs;
 mod metrics;
+mod metrics_scrape;
 // Chaos tests: the real binary killed at crash points and a
 // PostgreSQL crash under load (need `--features chaos`; scripts/test sets
 // it), and databases that refuse writes (every build).
