@@ -87,7 +87,7 @@ pub async fn build_state(
         wake.clone(),
     );
     let metrics = Metrics::from_config(&config.metrics, declared_names(&config));
-    let state = AppState {
+    let state = AppState::new(crate::state::Shared {
         schemas: Arc::new(schemas),
         wake,
         kill_switch: KillSwitch::new(store.clone()),
@@ -98,7 +98,7 @@ pub async fn build_state(
         config: Arc::new(config),
         clock,
         replay,
-    };
+    });
     Ok((state, bootstrap))
 }
 
