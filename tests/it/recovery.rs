@@ -26,6 +26,7 @@ on_both_backends!(
     a_run_past_its_budget_answers_dead_lettered,
     a_release_of_a_run_with_effects_changes_nothing,
     a_reclaim_racing_a_pass_has_exactly_one_winner,
+    serve_s_maintenance_runs_the_sweeper,
 );
 
 async fn app(
@@ -300,4 +301,25 @@ async fn a_reclaim_racing_a_pass_has_exactly_one_winner(backend: Backend) {
         keys.len() - 1,
         "{report:?}"
     );
+}
+
+/// The pass `serve` runs on its own: the maintenance jobs take the
+/// `recovery` lease and dead-letter a stranded run without anyone asking.
+async fn serve_s_maintenance_runs_the_sweeper(backend: Backend) {
+    let clock = Arc::new(ManualClock::new(START));
+    let app = app(backend, &clock, |c| c.recovery.interval_secs = 1).await;
+    app.claim(claim_body("left")).await;
+    clock.advance_ms(LEASE + HOUR);
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let jobs = oncegate::app::spawn_maintenance(&app.state, shutdown.clone()).unwrap();
+    crate::harness::eventually(
+        "the sweeper in serve",
+        std::time::Duration::from_secs(30),
+        || async { (app.get_run("crm", "left").await.1["state"] == "dead_lettered").then_some(()) },
+    )
+    .await;
+    shutdown.cancel();
+    jobs.await.unwrap();
+    assert_eq!(letter(&app, "left").await["class"], "stranded");
+    assert_eq!(recovered(&app, "stranded"), "1");
 }

@@ -34,10 +34,19 @@ fn the_recovery_moves_repeat_their_rules_and_a_release_restarts_the_budget() {
     let st = RunStatements::new(Dialect::Sqlite);
     assert!(st.exhaust.contains("state IN ('failed_retryable')"));
     assert!(st.exhaust.contains("reclaims >= $5"), "{}", st.exhaust);
-    assert!(st.strand.contains("version = $5 AND state IN ('processing')"));
-    assert!(st.strand.contains("lease_expires_at + $6 <= $1"), "{}", st.strand);
+    assert!(st
+        .strand
+        .contains("version = $5 AND state IN ('processing')"));
+    assert!(
+        st.strand.contains("lease_expires_at + $6 <= $1"),
+        "{}",
+        st.strand
+    );
     let release = &st.operator_move[&Move::ReplayRelease];
-    assert!(release.contains("reclaims = 0, budget_started_at = $1"), "{release}");
+    assert!(
+        release.contains("reclaims = 0, budget_started_at = $1"),
+        "{release}"
+    );
     assert!(!st.operator_move[&Move::ReplayUngated].contains("reclaims = 0"));
     assert!(st.claim.contains("reclaims = runs.reclaims + 1"));
     assert!(st.claim.contains("runs.reclaims >= $15"), "{}", st.claim);
