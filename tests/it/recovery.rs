@@ -27,6 +27,7 @@ on_both_backends!(
     a_release_of_a_run_with_effects_changes_nothing,
     a_reclaim_racing_a_pass_has_exactly_one_winner,
     serve_s_maintenance_runs_the_sweeper,
+    the_console_releases_a_run_without_effects_only,
 );
 
 async fn app(
@@ -322,4 +323,53 @@ async fn serve_s_maintenance_runs_the_sweeper(backend: Backend) {
     jobs.await.unwrap();
     assert_eq!(letter(&app, "left").await["class"], "stranded");
     assert_eq!(recovered(&app, "stranded"), "1");
+}
+
+/// The console offers a release only for runs that stop before any
+/// effect (the API's refusal of a run with effects is tested above), and
+/// checks its CSRF token.
+async fn the_console_releases_a_run_without_effects_only(backend: Backend) {
+    let c = crate::console::Console::start(backend).await;
+    c.claim("crm", "broken", json!({})).await;
+    let report = json!({ "execution_ref": "exec-broken", "retryable": false,
+        "error": { "message": "node crashed", "node": "Send Email" } });
+    let (status, answer) = c
+        .app
+        .post("/v1/runs/fail-by-execution", Some(&c.app.workflow), &report)
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    c.email("sent", "/bad").await;
+    c.dispatch_until("crm", "sent", "dead_lettered").await;
+    let root = crate::approvals::Browser::login(&c.app, &c.root).await;
+    let (broken, sent) = (
+        c.dead_letter_id("broken").await,
+        c.dead_letter_id("sent").await,
+    );
+    let (_, page) = root.get(&format!("/ui/dead-letters/{sent}")).await;
+    assert!(
+        !page.contains("/release\""),
+        "a run with effects is offered no release"
+    );
+    let refused = root
+        .post_form(
+            &format!("/ui/dead-letters/{sent}/release"),
+            &[("reason", "x")],
+        )
+        .await;
+    assert_eq!(refused.status(), 403, "no token, no release");
+    assert_eq!(c.state("crm", "sent").await, "dead_lettered");
+    let (_, page) = root.get(&format!("/ui/dead-letters/{broken}")).await;
+    let action = format!("/ui/dead-letters/{broken}/release");
+    let token = crate::console::csrf_in(&page, &action);
+    let form = [("reason", "node fixed"), ("csrf", token.as_str())];
+    let resp = root.post_form(&action, &form).await;
+    assert_eq!(resp.status(), 303);
+    assert_eq!(c.state("crm", "broken").await, "failed_retryable");
+    let (_, again) = c
+        .app
+        .claim(json!({ "namespace": "crm", "key": "broken", "payload": { "k": "broken" } }))
+        .await;
+    assert_eq!(again["claimed"].as_bool(), Some(true), "{again}");
+    assert_eq!(c.state("crm", "sent").await, "dead_lettered");
+    c.app.stop().await;
 }
