@@ -28,6 +28,7 @@ on_both_backends!(
     a_reclaim_racing_a_pass_has_exactly_one_winner,
     serve_s_maintenance_runs_the_sweeper,
     the_console_releases_a_run_without_effects_only,
+    the_cli_runs_one_pass_under_the_same_lease,
 );
 
 async fn app(
@@ -372,4 +373,67 @@ async fn the_console_releases_a_run_without_effects_only(backend: Backend) {
     assert_eq!(again["claimed"].as_bool(), Some(true), "{again}");
     assert_eq!(c.state("crm", "sent").await, "dead_lettered");
     c.app.stop().await;
+}
+
+/// `oncegate recovery run`: one pass through the real binary, refused
+/// while another process holds the `recovery` lease, idempotent after.
+async fn the_cli_runs_one_pass_under_the_same_lease(backend: Backend) {
+    let db = crate::harness::TestDb::new(backend).await;
+    // Claimed two hours ago (real time), so its lease expired long ago.
+    let then = chrono::Utc::now().timestamp_millis() - 2 * HOUR;
+    let store = db.manual_store(Arc::new(ManualClock::new(then))).await;
+    let req = oncegate::ledger::ClaimRequest {
+        namespace: oncegate::ledger::Namespace::parse("crm").unwrap(),
+        key: oncegate::ledger::IdempotencyKey::parse("cli").unwrap(),
+        business_key: None,
+        payload_hash: oncegate::ledger::PayloadHash::of_bytes(b"cli"),
+        lease_ms: LEASE,
+        metadata: Default::default(),
+        claimed_by: "n8n".into(),
+    };
+    store.claim(&req).await.unwrap();
+    let run = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
+            .args(["recovery", "run"])
+            .env("ONCEGATE_DATABASE_URL", &db.url)
+            .env_remove("ONCEGATE_CONFIG")
+            .output()
+            .unwrap()
+    };
+    // Held until an hour from now: the store's clock is two hours behind.
+    let held_ms = 3 * HOUR;
+    assert!(store
+        .take_job("recovery", "serve:other", held_ms)
+        .await
+        .unwrap());
+    let held = run();
+    let said = String::from_utf8_lossy(&held.stdout).into_owned();
+    assert!(!held.status.success(), "{said}");
+    assert!(String::from_utf8_lossy(&held.stderr).contains("another process"));
+    assert_eq!(state_of(&store, &req).await, "processing", "nothing moved");
+    store.release_job("recovery", "serve:other").await.unwrap();
+    let first = run();
+    let out = String::from_utf8_lossy(&first.stdout).into_owned();
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert!(out.contains("1 stranded run(s)"), "{out}");
+    assert_eq!(state_of(&store, &req).await, "dead_lettered");
+    let again = String::from_utf8_lossy(&run().stdout).into_owned();
+    assert!(again.contains("0 stranded run(s)"), "{again}");
+    store.close().await;
+}
+
+async fn state_of(
+    store: &oncegate::db::SharedStore,
+    req: &oncegate::ledger::ClaimRequest,
+) -> String {
+    let run = store
+        .get_run(&req.namespace, &req.key)
+        .await
+        .unwrap()
+        .unwrap();
+    run.state.as_str().to_owned()
 }
