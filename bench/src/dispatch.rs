@@ -183,6 +183,7 @@ async fn dispatch_bench(backend: &str, args: &DispatchArgs) -> Result<String> {
         clock: clock.clone(),
         use_db_clock: true,
         redaction: Default::default(),
+        ledger: Default::default(),
     };
     let store = store::connect(&db.url, options).await?;
     store.migrate().await?;

@@ -215,7 +215,7 @@ pub(super) async fn claim(
             body.result = run.result.clone();
             body
         }
-        ClaimOutcome::Finished(run) => {
+        ClaimOutcome::Finished(run) | ClaimOutcome::Exhausted(run) => {
             let mut body = ClaimResponse::of(&run, false);
             body.reason = run.reason.clone().or_else(|| run.last_error.clone());
             body

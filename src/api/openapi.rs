@@ -31,6 +31,7 @@ use crate::state::AppState;
         super::deadletters::show,
         super::deadletters::actions::resolve,
         super::deadletters::actions::replay,
+        super::deadletters::actions::release,
         super::deadletters::actions::replace,
         super::deadletters::actions::assign,
         super::deadletters::actions::links,

@@ -29,6 +29,7 @@ pub async fn open_store(config: &Config, clock: SharedClock) -> Result<SharedSto
         clock,
         use_db_clock: true,
         redaction: Arc::new(config.redactor()),
+        ledger: Arc::new(config.ledger.clone()),
     };
     let group = store::sqlite::GroupCommitOptions {
         max_batch: config.database.group_commit_max_batch,

@@ -1,7 +1,8 @@
-//! The periodic integrity and retention work inside `serve`: audit
-//! checkpoints (`audit.checkpoint_interval_secs`), retention sweeps
-//! (`retention.interval_secs`) and full verifications
-//! (`audit.verify_interval_secs`).
+//! The periodic integrity, retention and recovery work inside `serve`:
+//! audit checkpoints (`audit.checkpoint_interval_secs`), retention sweeps
+//! (`retention.interval_secs`), full verifications
+//! (`audit.verify_interval_secs`) and recovery passes
+//! (`recovery.interval_secs`: stranded runs and spent reclaim budgets).
 //!
 //! Each job runs under a lease in `maintenance_leases`, so with several
 //! oncegate processes on one database only one runs it at a time; the CLI
@@ -22,11 +23,16 @@ use crate::audit::{verify, write_checkpoint, CheckpointReason, Verification};
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::db::SharedStore;
+use crate::ledger::recover;
+use crate::metrics::Metrics;
 use crate::retention::sweep;
 use crate::state::AppState;
 
 /// How long a job may hold its lease before another process may take it.
 const JOB_LEASE_MS: i64 = 30 * 60_000;
+
+/// The recovery sweeper's maintenance lease (`oncegate recovery run` takes it too).
+pub const RECOVERY_JOB: &str = "recovery";
 
 /// Starts the periodic checkpoint, retention and verification jobs.
 ///
@@ -43,6 +49,7 @@ pub fn spawn_maintenance(
         state.config.clone(),
         state.clock.clone(),
         metrics,
+        state.metrics.clone(),
     );
     Ok(tokio::spawn(jobs.run(shutdown)))
 }
@@ -113,22 +120,26 @@ pub struct Maintenance {
     config: Arc<Config>,
     clock: SharedClock,
     metrics: AuditMetrics,
+    service_metrics: Arc<Metrics>,
     owner: String,
 }
 
 impl Maintenance {
-    /// The jobs over `store`, reporting into `metrics`.
+    /// The jobs over `store`, reporting into `metrics` (and the recovery
+    /// moves into `service_metrics`).
     pub fn new(
         store: SharedStore,
         config: Arc<Config>,
         clock: SharedClock,
         metrics: AuditMetrics,
+        service_metrics: Arc<Metrics>,
     ) -> Self {
         Self {
             store,
             config,
             clock,
             metrics,
+            service_metrics,
             owner: format!("serve:{}", uuid::Uuid::now_v7().simple()),
         }
     }
@@ -148,6 +159,8 @@ impl Maintenance {
         let mut sweeps = tick(retention.interval_secs, Duration::from_secs(60));
         let verify_secs = audit.verify_interval_secs;
         let mut verifies = tick(verify_secs, Duration::from_secs(verify_secs.max(1)));
+        let recovery = &self.config.recovery;
+        let mut recoveries = tick(recovery.interval_secs, Duration::from_secs(5));
         self.refresh().await;
         loop {
             // A job in progress is abandoned at shutdown: each writes in
@@ -160,9 +173,17 @@ impl Maintenance {
                 }
                 _ = sweeps.tick(), if retention.enabled => self.until(&shutdown, self.sweep()).await,
                 _ = verifies.tick(), if verify_secs > 0 => self.until(&shutdown, self.verify()).await,
+                _ = recoveries.tick(), if recovery.enabled => {
+                    self.until(&shutdown, self.recover()).await;
+                }
             }
         }
-        for job in ["audit_checkpoint", "retention", "audit_verify"] {
+        for job in [
+            "audit_checkpoint",
+            "retention",
+            "audit_verify",
+            RECOVERY_JOB,
+        ] {
             self.release(job).await;
         }
     }
@@ -246,6 +267,18 @@ impl Maintenance {
             }
         }
         self.release("retention").await;
+    }
+
+    async fn recover(&self) {
+        if !self.leased(RECOVERY_JOB).await {
+            return;
+        }
+        let (ledger, config) = (&self.config.ledger, &self.config.recovery);
+        let events = self.service_metrics.as_ref();
+        if let Err(err) = recover(self.store.as_ref(), ledger, config, events).await {
+            tracing::error!(error = %err, "recovery pass failed; retrying next interval");
+        }
+        self.release(RECOVERY_JOB).await;
     }
 
     async fn verify(&self) {

@@ -24,7 +24,7 @@ mod serve;
 mod workers;
 
 pub use build::{build_state, open_store};
-pub use maintenance::spawn_maintenance;
+pub use maintenance::{spawn_maintenance, RECOVERY_JOB};
 pub use router::router;
 pub use serve::{run_server, serve, shutdown_on_signal};
 pub use workers::{approval_sweeper, spawn_dispatcher, spawn_replay_runner};

@@ -70,6 +70,12 @@ pub enum Command {
         #[command(subcommand)]
         command: RetentionCommand,
     },
+    /// Recovery: dead-letter stranded runs and runs past their reclaim budget.
+    Recovery {
+        /// The recovery command.
+        #[command(subcommand)]
+        command: RecoveryCommand,
+    },
     /// Write a consistent copy of the SQLite database (safe while serving).
     Backup {
         /// The new backup file (must not exist).
@@ -189,6 +195,13 @@ pub enum RetentionCommand {
         #[arg(long)]
         dry_run: bool,
     },
+}
+
+/// `oncegate recovery …`.
+#[derive(Debug, Subcommand)]
+pub enum RecoveryCommand {
+    /// Run one recovery pass now, under the same lease as the passes of `serve`.
+    Run,
 }
 
 /// `oncegate lab`.

@@ -42,7 +42,7 @@ pub enum ResolveAs {
 /// Which dead letters (list and bulk filters).
 #[derive(Debug, Clone, Default, Args)]
 pub struct FilterArgs {
-    /// Class (permanent, retry_exhausted, unknown_outcome, payload_conflict, approval_expired, workflow_error).
+    /// Class (permanent, retry_exhausted, unknown_outcome, payload_conflict, approval_expired, workflow_error, stranded, reclaim_budget_exhausted).
     #[arg(long)]
     pub class: Option<String>,
     /// Namespace (source or tenant).
@@ -95,6 +95,16 @@ pub enum DlqCommand {
     },
     /// Replay: the same effects under the same idempotency keys.
     Replay {
+        /// Dead letter id.
+        id: String,
+        /// Why (required).
+        #[arg(long)]
+        reason: String,
+    },
+    /// Release a run that queued no effect (stranded, reclaim budget
+    /// exhausted, workflow error) back to the workflow's re-run: the next
+    /// claim reclaims it, with its reclaim budget restarted.
+    Release {
         /// Dead letter id.
         id: String,
         /// Why (required).
@@ -311,6 +321,15 @@ pub async fn run(args: DlqArgs, config: &Config) -> Result<()> {
                 )
                 .await?;
             super::dlq_show::action_line(&done, json_out, "replayed")
+        }
+        DlqCommand::Release { id, reason } => {
+            let done = client
+                .post(
+                    &format!("/v1/dead-letters/{id}/release"),
+                    &json!({ "reason": reason }),
+                )
+                .await?;
+            super::dlq_show::action_line(&done, json_out, "released")
         }
         DlqCommand::Replace { id, key, reason } => {
             let done = client

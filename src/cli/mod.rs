@@ -25,13 +25,14 @@ mod dlq;
 mod dlq_jobs;
 mod dlq_show;
 mod lab;
+mod recovery;
 mod retention;
 mod runs;
 mod token;
 
 pub use args::{
     ActionsCommand, ApprovalsCommand, AuditCommand, Cli, Command, ConfigCommand, LabArgs,
-    LabCrashPoint, RetentionCommand, RunsCommand, TokenCommand,
+    LabCrashPoint, RecoveryCommand, RetentionCommand, RunsCommand, TokenCommand,
 };
 pub use dlq::{DlqArgs, DlqCommand, JobsCommand};
 pub use token::new_token_text;
@@ -65,6 +66,7 @@ pub async fn run(command: Command, config: Config) -> Result<()> {
         Command::Dlq(args) => dlq::run(args, &config).await,
         Command::Audit { command } => audit::run(command, &config).await,
         Command::Retention { command } => retention::run(command, &config).await,
+        Command::Recovery { command } => recovery::run(command, &config).await,
         Command::Backup { file } => backup::run(&file, &config).await,
         Command::Approvals {
             command: ApprovalsCommand::List { state, limit, json },

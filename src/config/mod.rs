@@ -7,11 +7,9 @@
 //!
 //! Each section checks itself (its own `validate`): the ones defined here
 //! in [`sections`], the parts' beside their parts. [`Config::validate`]
-//! calls each in turn, then checks the few relations between sections
-//! (a source's target, the approval links' address, the dispatcher's lease
-//! against the targets' timeouts). Each part is handed only its own
-//! sections; the whole [`Config`] stays with the composition root, the
-//! command line and the handlers' shared state.
+//! calls each, then checks the relations between sections (a source's
+//! target, the approval links' address, the dispatcher's lease against the
+//! targets' timeouts). Each part is handed only its own sections.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -115,6 +113,8 @@ pub struct Config {
     pub retention: crate::retention::RetentionConfig,
     /// Approval sessions, single sign-on and the expiry sweeper.
     pub approvals: crate::approval::ApprovalsConfig,
+    /// The recovery sweeper (stranded runs, spent reclaim budgets).
+    pub recovery: crate::ledger::RecoveryConfig,
 }
 
 /// Environment variables that override the file, and the field each sets.
@@ -246,6 +246,7 @@ impl Config {
             rule.validate(&format!("redact[{i}]"))?;
         }
         self.retention.validate()?;
+        self.recovery.validate()?;
         self.approvals.validate()?;
         self.dispatcher.validate()?;
         self.validate_relations()
@@ -384,12 +385,10 @@ fn validate_operation(op: &OperationConfig, at: &str) -> Result<(), (String, Str
 /// Sets a dotted field from an environment string, typed by its look.
 fn set_field(table: &mut toml::Table, dotted: &str, raw: &str) {
     let (section, field) = dotted.split_once('.').unwrap_or(("", dotted));
-    let value = if let Ok(n) = raw.parse::<i64>() {
-        toml::Value::Integer(n)
-    } else if let Ok(b) = raw.parse::<bool>() {
-        toml::Value::Boolean(b)
-    } else {
-        toml::Value::String(raw.to_owned())
+    let value = match (raw.parse::<i64>(), raw.parse::<bool>()) {
+        (Ok(n), _) => toml::Value::Integer(n),
+        (_, Ok(b)) => toml::Value::Boolean(b),
+        _ => toml::Value::String(raw.to_owned()),
     };
     let entry = table
         .entry(section.to_owned())

@@ -165,3 +165,32 @@ fn connection_limits_are_checked() {
     assert_eq!(server.max_connections, 512);
     assert_eq!(server.unauthenticated_body_budget_bytes, 16 * 1024 * 1024);
 }
+
+#[test]
+fn recovery_rules_load_per_namespace_and_bad_values_name_their_field() {
+    let config = load_text(
+        "[ledger]\nmax_reclaims = 3\n[[ledger.namespaces]]\nnamespace = \"stripe\"\n\
+         stranded_after = \"10m\"\n[recovery]\ninterval_secs = 30\n",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(config.ledger.recovery("stripe").stranded_after_ms, 600_000);
+    assert_eq!(config.ledger.recovery("other").max_reclaims, 3);
+    assert_eq!(config.recovery.interval_secs, 30);
+    for (text, field) in [
+        ("[ledger]\nmax_reclaims = -2\n", "ledger.max_reclaims"),
+        ("[ledger]\nretry_window = \"0h\"\n", "ledger.retry_window"),
+        ("[recovery]\nbatch_size = 0\n", "recovery.batch_size"),
+        (
+            "[[ledger.namespaces]]\nnamespace = \"a b\"\n",
+            "ledger.namespaces[0].namespace",
+        ),
+    ] {
+        let err = load_text(text, &[]).unwrap_err().to_string();
+        assert!(err.starts_with(field), "{text}: {err}");
+    }
+    let err = load_text("[ledger]\nstranded_after = \"soon\"\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not a duration"), "{err}");
+}

@@ -33,7 +33,7 @@ use crate::clock::{Millis, SharedClock};
 use crate::deadletter::port::{DeadLetterStore, JobStore, ReplayStore};
 use crate::ingress::port::IngressStore;
 use crate::ingress::RawEvent;
-use crate::ledger::port::LedgerStore;
+use crate::ledger::port::{LedgerStore, RecoveryStore};
 use crate::ledger::{ClaimOutcome, ClaimRequest};
 use crate::metrics::port::GaugeStore;
 use crate::outbox::port::OutboxStore;
@@ -236,6 +236,7 @@ pub trait Store:
     + JobStore
     + AuditStore
     + RetentionStore
+    + RecoveryStore
     + GaugeStore
     + Admin
     + fmt::Debug
@@ -262,6 +263,9 @@ pub struct StoreOptions {
     pub use_db_clock: bool,
     /// Redaction rules applied before anything is stored.
     pub redaction: Arc<crate::audit::Redactor>,
+    /// The ledger's recovery rules (reclaim budget, stranded window) the
+    /// claim and the recovery moves apply per namespace.
+    pub ledger: Arc<crate::ledger::LedgerConfig>,
 }
 
 /// Opens (creating if needed) the store a URL names, with the default

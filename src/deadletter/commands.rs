@@ -59,6 +59,11 @@ pub struct ReplayCommand {
     /// (`dead_lettered → awaiting_human`); its effects are re-queued only
     /// when it is approved.
     pub challenge: Option<crate::approval::NewChallenge>,
+    /// An operator release: only a run that queued no effect may go back
+    /// to the workflow's re-run (`dead_lettered → failed_retryable`, its
+    /// reclaim budget restarted); a run with effects is refused
+    /// ([`Refusal::RunHasEffects`]) instead of replayed.
+    pub release: bool,
 }
 
 /// `replace`: a new event under a new upstream key, linked to the original.
@@ -102,6 +107,9 @@ pub enum Refusal {
     JobNotRunning,
     /// The bulk job item was already worked.
     ItemDone,
+    /// A release was asked for a run that queued this many effects: its
+    /// effects must be replayed (same keys) or the record resolved.
+    RunHasEffects(i64),
 }
 
 impl Refusal {
@@ -120,6 +128,10 @@ impl Refusal {
             Self::KeyTaken(state) => format!("the replacement key is already a run ({state})"),
             Self::JobNotRunning => "the job is not running under this runner".into(),
             Self::ItemDone => "the job item was already worked".into(),
+            Self::RunHasEffects(n) => format!(
+                "the run queued {n} effect(s), so it cannot go back to the workflow's re-run: \
+                 replay it (the same effects under the same keys) or resolve it; nothing was changed"
+            ),
         }
     }
 }

@@ -46,18 +46,8 @@ impl From<InvalidId> for FilterError {
 /// # Errors
 /// [`FilterError`] naming `field`.
 pub fn parse_age(field: &'static str, text: &str) -> Result<Millis, FilterError> {
-    let bad = || FilterError::new(field, "an age is a number and a unit: 90s, 15m, 2h or 7d");
-    let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-    let (n, unit) = text.split_at(split);
-    let n: i64 = n.parse().map_err(|_| bad())?;
-    let ms = match unit {
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err(bad()),
-    };
-    n.checked_mul(ms).ok_or_else(bad)
+    crate::clock::parse_duration_ms(text)
+        .ok_or_else(|| FilterError::new(field, "an age is a number and a unit: 90s, 15m, 2h or 7d"))
 }
 
 /// The list's criteria as given, each optional text (`None`: no filter).

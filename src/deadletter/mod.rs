@@ -68,17 +68,25 @@ pub enum DeadLetterClass {
     /// The workflow reported a failure it does not want retried
     /// (`POST /v1/runs/fail-by-execution` with `retryable: false`).
     WorkflowError,
+    /// A `processing` run's lease expired more than `stranded_after` ago
+    /// and nobody reclaimed it (the recovery sweeper).
+    Stranded,
+    /// A `failed_retryable` run used its `max_reclaims` reclaims or outlived
+    /// its `retry_window` (the recovery sweeper, or the claim that found it).
+    ReclaimBudgetExhausted,
 }
 
 impl DeadLetterClass {
     /// Every class.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 8] = [
         Self::PayloadConflict,
         Self::Permanent,
         Self::RetryExhausted,
         Self::UnknownOutcome,
         Self::ApprovalExpired,
         Self::WorkflowError,
+        Self::Stranded,
+        Self::ReclaimBudgetExhausted,
     ];
 
     /// The stored name.
@@ -90,6 +98,8 @@ impl DeadLetterClass {
             Self::UnknownOutcome => "unknown_outcome",
             Self::ApprovalExpired => "approval_expired",
             Self::WorkflowError => "workflow_error",
+            Self::Stranded => "stranded",
+            Self::ReclaimBudgetExhausted => "reclaim_budget_exhausted",
         }
     }
 
@@ -107,6 +117,7 @@ impl DeadLetterClass {
             Self::Permanent | Self::RetryExhausted | Self::UnknownOutcome => Component::Dispatcher,
             Self::ApprovalExpired => Component::Approval,
             Self::WorkflowError => Component::Workflow,
+            Self::Stranded | Self::ReclaimBudgetExhausted => Component::Ledger,
         }
     }
 
@@ -132,6 +143,14 @@ impl DeadLetterClass {
             Self::WorkflowError => {
                 "fix the workflow (see the reported node), then replay so it can re-run under the \
                  same key, or resolve"
+            }
+            Self::Stranded => {
+                "find the workflow execution (execution_ref) that abandoned the run; release it so \
+                 the next claim re-runs it under the same key, or resolve"
+            }
+            Self::ReclaimBudgetExhausted => {
+                "read the last error of the failed attempts and fix its cause; release the run \
+                 (its reclaim budget restarts) so the next claim re-runs it, or resolve"
             }
         }
     }
@@ -172,6 +191,8 @@ pub enum Component {
     Approval,
     /// The workflow engine, through its error handler.
     Workflow,
+    /// The ledger's recovery rules (the sweeper, or a claim past its budget).
+    Ledger,
 }
 
 impl Component {
@@ -182,6 +203,7 @@ impl Component {
             Self::Dispatcher => "dispatcher",
             Self::Approval => "approval",
             Self::Workflow => "workflow",
+            Self::Ledger => "ledger",
         }
     }
 }
@@ -248,6 +270,14 @@ mod tests {
             assert!(!class.next_action().is_empty());
             assert_eq!(class.stops_run(), class != DeadLetterClass::PayloadConflict);
         }
+        assert_eq!(
+            DeadLetterClass::Stranded.as_str(),
+            crate::ledger::reclaim::STRANDED
+        );
+        assert_eq!(
+            DeadLetterClass::ReclaimBudgetExhausted.as_str(),
+            crate::ledger::reclaim::BUDGET_EXHAUSTED
+        );
         let err = "oops".parse::<DeadLetterClass>().unwrap_err();
         assert!(err.contains("workflow_error"), "{err}");
         assert_eq!(

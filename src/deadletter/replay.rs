@@ -157,6 +157,7 @@ pub async fn replay_gated(
         retain_ms: ctx.retain_ms,
         job_item: job_item.cloned(),
         challenge: Some(challenge),
+        release: false,
     };
     Ok(ctx.store.replay_dead_letter(&cmd).await?)
 }
@@ -217,7 +218,9 @@ pub async fn replay_one(
             Namespace::parse(dl.namespace.clone()),
             IdempotencyKey::parse(dl.key.clone()),
         );
-        if let (Ok(ns), Ok(key), true) = (ns, key, dl.class.stops_run()) {
+        // A release never passes a gate: the run goes back to the
+        // workflow, whose own writes are gated where they are made.
+        if let (Ok(ns), Ok(key), true) = (ns, key, dl.class.stops_run() && !cmd.release) {
             let effects = ctx.store.effects_of(&ns, &key).await?;
             if let Some((op, gate)) = gate_of(&ctx.operations, &dl, &effects)? {
                 let item = cmd.job_item.as_ref();

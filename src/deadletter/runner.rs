@@ -132,6 +132,7 @@ impl ReplayRunner {
             retain_ms: self.ctx.retain_ms,
             job_item: Some(item_ref.clone()),
             challenge: None,
+            release: false,
         };
         let refused = match replay_one(&self.ctx, cmd).await {
             Ok(ActionOutcome::Refused(Refusal::JobNotRunning)) => return Ok(Next::Halt),

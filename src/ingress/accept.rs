@@ -268,7 +268,9 @@ impl<'a> Intake<'a> {
     ) -> Result<Answer, AcceptError> {
         Ok(match outcome {
             ClaimOutcome::Claimed { .. } => Answer::Accepted,
-            ClaimOutcome::Duplicate(_) | ClaimOutcome::Finished(_) => Answer::Duplicate,
+            ClaimOutcome::Duplicate(_) | ClaimOutcome::Finished(_) | ClaimOutcome::Exhausted(_) => {
+                Answer::Duplicate
+            }
             ClaimOutcome::DuplicateOf(holder) => Answer::DuplicateOf {
                 namespace: holder.namespace.to_string(),
                 key: holder.key.to_string(),

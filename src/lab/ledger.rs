@@ -2,8 +2,9 @@
 //! real move table.
 //!
 //! This is the in-memory twin of the backends' claim and compare-and-set
-//! statements (`src/db/sql/runs.rs`): the same reclaim rule (the ledger's
-//! own [`reclaimable`], which the statements spell as SQL), the same
+//! statements (`src/db/sql/runs.rs`): the same reclaim rule and reclaim
+//! budget (the ledger's own [`reclaimable`] and [`Recovery`] with the
+//! service's default rules, which the statements spell as SQL), the same
 //! owner guard (owner, version and a live lease), the same answers
 //! ([`ClaimOutcome::for_existing`]). Each state change goes through
 //! [`RunState::apply`], so a move the design forbids stops the simulation.
@@ -11,13 +12,17 @@
 use crate::clock::Millis;
 use crate::ledger::{
     reclaimable, ClaimOutcome, FencingVersion, IdempotencyKey, Lease, LeaseOwner, Move, Namespace,
-    PayloadHash, Run, RunMetadata, RunState,
+    PayloadHash, Recovery, Run, RunMetadata, RunState,
 };
 
 /// How long an owner's lease lives.
 pub(super) const RUN_LEASE_MS: i64 = 30_000;
-/// Claims per run before a failed one goes to a person.
-pub(super) const MAX_CLAIMS: i64 = 5;
+/// The service's recovery rules with their defaults (`[ledger]`): a
+/// failed run is reclaimed at most `max_reclaims` times within
+/// `retry_window`, then goes to a person.
+pub(super) fn recovery() -> Recovery {
+    crate::ledger::LedgerConfig::default().recovery_default()
+}
 
 /// What kind of claim a strategy makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +70,8 @@ fn new_run(
         lease_started_at: leased.then_some(now),
         version: FencingVersion::FIRST,
         attempts: 1,
+        reclaims: 0,
+        budget_started_at: None,
         result: None,
         last_error: None,
         reason: None,
@@ -126,11 +133,13 @@ impl SimLedger {
                 reclaimed_from: None,
             });
         };
-        if !(leased && reclaimable(run, &hash, now)) {
-            return Ok(ClaimOutcome::for_existing(run.clone(), &hash));
-        }
-        if run.state == RunState::FailedRetryable && run.attempts >= MAX_CLAIMS {
+        let rules = recovery();
+        if leased && run.payload_hash == hash && rules.budget_spent(run, now) {
+            // The claim statement's companion: the run goes to a person.
             apply(run, Move::ReclaimBudgetExhausted, now)?;
+            return Ok(ClaimOutcome::Exhausted(run.clone()));
+        }
+        if !(leased && reclaimable(run, &hash, now, &rules)) {
             return Ok(ClaimOutcome::for_existing(run.clone(), &hash));
         }
         let from = run.state;
@@ -143,6 +152,7 @@ impl SimLedger {
         run.lease_expires_at = Some(now + RUN_LEASE_MS);
         run.lease_started_at = Some(now);
         run.attempts += 1;
+        run.reclaims += 1;
         Ok(ClaimOutcome::Claimed {
             run: run.clone(),
             lease,
@@ -267,12 +277,32 @@ mod tests {
     #[test]
     fn failed_runs_are_reclaimed_until_the_budget_sends_them_to_a_person() {
         let mut l = SimLedger::new(1);
-        for attempt in 0..MAX_CLAIMS {
+        // The first claim and `max_reclaims` reclaims.
+        for attempt in 0..=recovery().max_reclaims {
             let lease = lease_of(&l.claim(0, attempt, ClaimMode::Leased).unwrap());
             assert!(l.finish(0, lease, Move::FailRetryable, attempt).unwrap());
         }
+        let outcome = l.claim(0, 99, ClaimMode::Leased).unwrap();
+        assert!(
+            matches!(outcome, ClaimOutcome::Exhausted(_)),
+            "{}",
+            outcome.label()
+        );
+        assert_eq!(l.state(0), Some(RunState::DeadLettered));
         assert_eq!(
-            l.claim(0, 99, ClaimMode::Leased).unwrap().label(),
+            l.claim(0, 100, ClaimMode::Leased).unwrap().label(),
+            "finished"
+        );
+    }
+
+    #[test]
+    fn a_failed_run_past_the_retry_window_goes_to_a_person_at_once() {
+        let mut l = SimLedger::new(1);
+        let lease = lease_of(&l.claim(0, 0, ClaimMode::Leased).unwrap());
+        assert!(l.finish(0, lease, Move::FailRetryable, 1).unwrap());
+        let late = recovery().retry_window_ms;
+        assert_eq!(
+            l.claim(0, late, ClaimMode::Leased).unwrap().label(),
             "finished"
         );
         assert_eq!(l.state(0), Some(RunState::DeadLettered));

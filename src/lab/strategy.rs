@@ -108,7 +108,9 @@ impl World {
             }
             // Without states every existing claim looks done: answer 2xx.
             _ if mode == ClaimMode::Once => self.respond(id, 200),
-            ClaimOutcome::Duplicate(_) | ClaimOutcome::Finished(_) => self.respond(id, 200),
+            ClaimOutcome::Duplicate(_) | ClaimOutcome::Finished(_) | ClaimOutcome::Exhausted(_) => {
+                self.respond(id, 200)
+            }
             // Someone holds it: ask the provider to come back later.
             ClaimOutcome::InFlight(_) => self.respond(id, 409),
             ClaimOutcome::DuplicateOf(_) | ClaimOutcome::Conflict(_) => self.respond(id, 422),

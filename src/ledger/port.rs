@@ -56,6 +56,59 @@ pub trait LedgerStore: Send + Sync + std::fmt::Debug {
     async fn search_runs(&self, search: &RunSearch) -> Result<Vec<Run>>;
 }
 
+/// What the recovery sweeper looks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecoveryKind {
+    /// `processing` runs whose lease expired `stranded_after` ago.
+    Stranded,
+    /// `failed_retryable` runs past their reclaim budget.
+    BudgetExhausted,
+}
+
+/// Which runs one recovery query may pick: one namespace with its own
+/// rules, or every other namespace with the `[ledger]` rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoverySelection {
+    /// Only this namespace…
+    pub only: Option<String>,
+    /// …or every namespace but these.
+    pub exclude: Vec<String>,
+    /// The rules that apply to the selected runs.
+    pub rules: super::Recovery,
+    /// At most this many runs.
+    pub limit: i64,
+}
+
+/// Storage calls of the recovery sweeper (DESIGN.md §2, "Nothing is
+/// stranded"). Each move repeats its rule in its guard and writes its
+/// audit entry and dead letter in the same transaction.
+#[async_trait]
+pub trait RecoveryStore: Send + Sync + std::fmt::Debug {
+    /// The runs `kind` may move under `sel` now, oldest first.
+    ///
+    /// # Errors
+    /// On database failure.
+    async fn recovery_candidates(
+        &self,
+        sel: &RecoverySelection,
+        kind: RecoveryKind,
+    ) -> Result<Vec<Run>>;
+
+    /// Dead-letters `run` as `stranded` by compare-and-set on the version
+    /// read; `None` when it moved meanwhile (a reclaim or its owner won).
+    ///
+    /// # Errors
+    /// On database failure.
+    async fn strand(&self, run: &Run) -> Result<Option<Run>>;
+
+    /// Dead-letters `run` as `reclaim_budget_exhausted` by compare-and-set
+    /// on the version read; `None` when it moved meanwhile.
+    ///
+    /// # Errors
+    /// On database failure.
+    async fn exhaust(&self, run: &Run) -> Result<Option<Run>>;
+}
+
 /// A run search. Empty fields do not filter.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunSearch {

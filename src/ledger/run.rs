@@ -51,6 +51,12 @@ pub struct Run {
     pub version: FencingVersion,
     /// How many times the run was claimed.
     pub attempts: i64,
+    /// Reclaims since the run's reclaim budget started (its first claim,
+    /// or the operator release that reset the budget).
+    pub reclaims: i64,
+    /// When an operator release restarted the reclaim budget (`None`:
+    /// it runs from the first claim, `created_at`).
+    pub budget_started_at: Option<Millis>,
     /// The owner's result, returned to duplicates.
     pub result: Option<Value>,
     /// The last sanitised error.
@@ -70,6 +76,12 @@ pub struct Run {
 }
 
 impl Run {
+    /// When the run's reclaim budget started: the last operator release,
+    /// or the first claim.
+    pub fn budget_started(&self) -> Millis {
+        self.budget_started_at.unwrap_or(self.created_at)
+    }
+
     /// The correlation id (always set on stored runs).
     pub fn correlation_id(&self) -> &str {
         self.metadata.correlation_id.as_deref().unwrap_or_default()
@@ -113,6 +125,10 @@ pub enum ClaimOutcome {
     InFlight(Run),
     /// The key ended without success (failed_terminal or dead_lettered).
     Finished(Run),
+    /// The key was `failed_retryable` past its reclaim budget: this claim
+    /// moved it to `dead_lettered` (`reclaim_budget_exhausted`) and owns
+    /// nothing. Answered like [`Self::Finished`].
+    Exhausted(Run),
     /// Another run already holds the business key.
     DuplicateOf(Run),
     /// The key exists with a different payload hash.
@@ -136,7 +152,7 @@ impl ClaimOutcome {
             Self::Claimed { .. } => "claimed",
             Self::Duplicate(_) => "duplicate",
             Self::InFlight(_) => "in_flight",
-            Self::Finished(_) => "finished",
+            Self::Finished(_) | Self::Exhausted(_) => "finished",
             Self::DuplicateOf(_) => "duplicate_of",
             Self::Conflict(_) => "conflict",
         }

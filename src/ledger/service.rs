@@ -21,6 +21,9 @@ pub trait LedgerEvents: Send + Sync + std::fmt::Debug {
     fn payload_conflict(&self, namespace: &str);
     /// A run moved.
     fn run_moved(&self, run: &Run);
+    /// The recovery rules dead-lettered a run (`class`: `stranded` or
+    /// `reclaim_budget_exhausted`).
+    fn run_recovered(&self, namespace: &str, class: &str);
 }
 
 /// What the ledger's calls need.
@@ -96,6 +99,15 @@ impl Ledger<'_> {
                     _ => self.config.in_flight_retry_after_ms,
                 };
                 retry_after_secs = Some((wait_ms + 999) / 1000);
+            }
+            ClaimOutcome::Exhausted(run) => {
+                self.events
+                    .run_recovered(ns, crate::ledger::reclaim::BUDGET_EXHAUSTED);
+                tracing::warn!(
+                    namespace = ns,
+                    reclaims = run.reclaims,
+                    "reclaim budget exhausted; the run is dead-lettered for an operator"
+                );
             }
             ClaimOutcome::Conflict(run) => {
                 self.events.payload_conflict(ns);

@@ -139,10 +139,15 @@ pub enum Move {
     /// docs/decisions.md: DESIGN.md §2 lists no move out of `processing`
     /// into `dead_lettered`, §7 asks for it).
     WorkflowError,
-    /// `dead_lettered -> failed_retryable`: operator replay of a run that
-    /// stopped before it queued any effect (a workflow error); the
-    /// workflow's re-run reclaims it under the same key (docs/decisions.md).
+    /// `dead_lettered -> failed_retryable`: operator release of a run that
+    /// stopped before it queued any effect (a workflow error, a stranded
+    /// run, a spent reclaim budget); the workflow's re-run reclaims it
+    /// under the same key, with its reclaim budget restarted
+    /// (docs/decisions.md).
     ReplayRelease,
+    /// `processing -> dead_lettered`: the recovery sweeper found the run's
+    /// lease expired more than `stranded_after` ago, and nobody reclaimed it.
+    Stranded,
 }
 
 impl Move {
@@ -159,7 +164,8 @@ impl Move {
             | Self::FailTerminal
             | Self::Gate
             | Self::ExecutionFailed
-            | Self::WorkflowError => &[Processing],
+            | Self::WorkflowError
+            | Self::Stranded => &[Processing],
             Self::ApprovalConsumed | Self::ApprovalRejected | Self::ApprovalExpired => {
                 &[AwaitingHuman]
             }
@@ -186,7 +192,8 @@ impl Move {
             Self::ApprovalExpired
             | Self::EffectsFailed
             | Self::ReclaimBudgetExhausted
-            | Self::WorkflowError => DeadLettered,
+            | Self::WorkflowError
+            | Self::Stranded => DeadLettered,
         }
     }
 
@@ -214,6 +221,7 @@ impl Move {
             Self::ExecutionFailed => "execution_failed",
             Self::WorkflowError => "workflow_error",
             Self::ReplayRelease => "replay_release",
+            Self::Stranded => "stranded",
         }
     }
 
@@ -265,13 +273,14 @@ mod tests {
         (DeadLettered, FailedTerminal),
         // DESIGN.md §7: a workflow's error handler fails a run by execution
         // ref; not retryable means an operator decides (docs/decisions.md).
+        // DESIGN.md §2: the recovery sweeper dead-letters a stranded run.
         (Processing, DeadLettered),
         // A replayed workflow error goes back to the workflow's re-run
         // under the same key (docs/decisions.md).
         (DeadLettered, FailedRetryable),
     ];
 
-    const MOVES: [Move; 21] = [
+    const MOVES: [Move; 22] = [
         Move::Claim,
         Move::Reclaim,
         Move::Renew,
@@ -293,6 +302,7 @@ mod tests {
         Move::ExecutionFailed,
         Move::WorkflowError,
         Move::ReplayRelease,
+        Move::Stranded,
     ];
 
     #[test]
@@ -335,6 +345,11 @@ mod tests {
         assert!("finished".parse::<RunState>().is_err());
         assert_eq!(Move::WorkflowError.sql_guard(), "('processing')");
         assert_eq!(Move::ReplayRelease.sql_guard(), "('dead_lettered')");
+        assert_eq!(Move::Stranded.sql_guard(), "('processing')");
+        assert_eq!(
+            Move::ReclaimBudgetExhausted.sql_guard(),
+            "('failed_retryable')"
+        );
         assert_eq!(
             Move::Reclaim.sql_guard(),
             "('processing', 'failed_retryable')"

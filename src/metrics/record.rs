@@ -112,6 +112,13 @@ impl Metrics {
         self.lease_steals.with_label_values(&[ns]).inc();
     }
 
+    /// The recovery rules dead-lettered a run (`class`: `stranded` or
+    /// `reclaim_budget_exhausted`).
+    pub fn run_recovered(&self, namespace: &str, class: &str) {
+        let ns = self.bounds.namespaces.label(namespace);
+        self.recovered.with_label_values(&[ns, class]).inc();
+    }
+
     /// The same key came with a different payload.
     pub fn payload_conflict(&self, namespace: &str) {
         let ns = self.bounds.namespaces.label(namespace);
@@ -262,6 +269,10 @@ impl crate::ledger::service::LedgerEvents for Metrics {
 
     fn run_moved(&self, run: &Run) {
         Metrics::run_moved(self, run);
+    }
+
+    fn run_recovered(&self, namespace: &str, class: &str) {
+        Metrics::run_recovered(self, namespace, class);
     }
 }
 

@@ -97,6 +97,7 @@ pub struct Metrics {
     pub(super) bounds: Bounds,
     pub(super) claims: IntCounterVec,
     pub(super) lease_steals: IntCounterVec,
+    pub(super) recovered: IntCounterVec,
     pub(super) payload_conflicts: IntCounterVec,
     pub(super) signature_failures: IntCounterVec,
     pub(super) ingress_events: IntCounterVec,
@@ -211,6 +212,11 @@ impl Metrics {
                 "oncegate_lease_steals_total",
                 "Claims that took over a run whose owner's lease had expired.",
                 &["namespace"],
+            ),
+            recovered: b.counter(
+                "oncegate_recovered_runs_total",
+                "Runs the recovery rules dead-lettered, by namespace and class (stranded, reclaim_budget_exhausted).",
+                &["namespace", "class"],
             ),
             payload_conflicts: b.counter(
                 "oncegate_payload_conflicts_total",

@@ -1,6 +1,6 @@
 //! `GET /ui/dead-letters/{id}`: one dead letter with its evidence and what
-//! to do next; `POST …/replay` and `POST …/resolve` (CSRF, a reason or a
-//! note required), each answered by a `303` back to the record with what
+//! to do next; `POST …/replay`, `POST …/release` and `POST …/resolve`
+//! (CSRF, a reason or a note required), each answered by a `303` back to the record with what
 //! happened. The commands are the API's: the same store transaction, the
 //! signed-in subject as the actor in the audit log.
 
@@ -16,14 +16,16 @@ use super::session::Operator;
 use super::{purpose, text_field};
 use crate::clock::Millis;
 use crate::deadletter::replay::{replay_one, ReplayError};
-use crate::deadletter::{ActionOutcome, DeadLetter, ReplayCommand, Resolution, ResolveCommand};
+use crate::deadletter::{
+    ActionOutcome, DeadLetter, DeadLetterClass, ReplayCommand, Resolution, ResolveCommand,
+};
 use crate::ledger::RunState;
 use crate::state::AppState;
 
 /// What the last command did (shown once after the redirect).
 #[derive(Debug, Deserialize)]
 pub struct Done {
-    /// `replayed`, `gated` or `resolved`.
+    /// `replayed`, `gated`, `released` or `resolved`.
     pub done: Option<String>,
     /// Effects re-queued.
     pub effects: Option<u64>,
@@ -77,6 +79,7 @@ fn flash(done: &Done) -> Markup {
                 " effect(s) are back in the outbox under their original idempotency keys; the dispatcher sends each once. (None: the run went back to failed_retryable for the workflow to re-run.)" },
             Some("gated") => p.flash.ok role="status" { "Replayed through the gate: the run waits for a new approval. "
                 a href="/ui/approvals" { "Approvals inbox" } },
+            Some("released") => p.flash.ok role="status" { "Released. The run is failed_retryable with a fresh reclaim budget: the workflow's next claim of the key re-runs it." },
             Some("resolved") => p.flash.ok role="status" { "Resolved. The run is closed as failed_terminal; nothing will be sent." },
             _ => {}
         }
@@ -97,6 +100,16 @@ fn commands(viewer: &Operator, dl: &DeadLetter) -> Markup {
                     button.good type="submit" { "Replay" }
                 }
             }
+            @if replayable && releasable(dl.class) {
+                form.card.stack method="post" action={ "/ui/dead-letters/" (dl.id) "/release" } aria-labelledby="release-h" {
+                    h2 #release-h { "Release" }
+                    p.note { "Gives a run that queued no effect back to the workflow: the run goes to failed_retryable with its reclaim budget restarted, and the next claim of the key re-runs it. A run with effects is refused; replay it instead." }
+                    input type="hidden" name="csrf" value=(viewer.csrf(&purpose("release", &dl.id)));
+                    label for="release-reason" { "Reason (required)" }
+                    textarea #release-reason name="reason" required maxlength="2000" {}
+                    button.good type="submit" { "Release" }
+                }
+            }
             form.card.stack method="post" action={ "/ui/dead-letters/" (dl.id) "/resolve" } aria-labelledby="resolve-h" {
                 h2 #resolve-h { "Resolve" }
                 p.note { "Closes it for good: the run ends failed_terminal and nothing more is sent." }
@@ -112,6 +125,16 @@ fn commands(viewer: &Operator, dl: &DeadLetter) -> Markup {
             }
         }
     }
+}
+
+/// The classes whose runs stop before any effect: a release is offered.
+fn releasable(class: DeadLetterClass) -> bool {
+    matches!(
+        class,
+        DeadLetterClass::Stranded
+            | DeadLetterClass::ReclaimBudgetExhausted
+            | DeadLetterClass::WorkflowError
+    )
 }
 
 fn resolution(dl: &DeadLetter, now: Millis) -> Markup {
@@ -183,6 +206,7 @@ pub async fn replay(
         retain_ms: app.config.dead_letters.retain_ms(),
         job_item: None,
         challenge: None,
+        release: false,
     };
     let outcome = replay_one(&app.replay, cmd).await.map_err(|e| match e {
         ReplayError::Store(e) => UiError::Store(e),
@@ -198,6 +222,38 @@ pub async fn replay(
     Ok(viewer.see_other(&format!(
         "/ui/dead-letters/{id}?done={code}&effects={effects}"
     )))
+}
+
+/// Releases the record's run to the workflow's re-run; `303` back to it.
+///
+/// # Errors
+/// Bad CSRF, no reason, a refusal (a run with effects), or a store
+/// failure: nothing changed.
+pub async fn release(
+    State(app): State<AppState>,
+    viewer: Operator,
+    Path(id): Path<String>,
+    Form(form): Form<ReplayForm>,
+) -> Result<Response> {
+    viewer.check_csrf(&purpose("release", &id), form.csrf.as_deref())?;
+    let reason = text_field("reason", form.reason, 2_000)?
+        .ok_or_else(|| UiError::Invalid("a reason is required: say why".into()))?;
+    let cmd = ReplayCommand {
+        id: id.clone(),
+        actor: viewer.subject().to_owned(),
+        reason,
+        retain_ms: app.config.dead_letters.retain_ms(),
+        job_item: None,
+        challenge: None,
+        release: true,
+    };
+    let outcome = replay_one(&app.replay, cmd).await.map_err(|e| match e {
+        ReplayError::Store(e) => UiError::Store(e),
+        other => UiError::Refused(format!("{other}; nothing was changed")),
+    })?;
+    done(outcome)?;
+    tracing::info!(dead_letter = %id, actor = viewer.subject(), "dead letter released from the console");
+    Ok(viewer.see_other(&format!("/ui/dead-letters/{id}?done=released")))
 }
 
 fn done(outcome: ActionOutcome) -> Result<(Option<RunState>, u64)> {

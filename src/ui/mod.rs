@@ -57,6 +57,7 @@ pub fn router() -> Router<AppState> {
         .route("/ui/dead-letters", get(deadletters::show))
         .route("/ui/dead-letters/{id}", get(deadletter::show))
         .route("/ui/dead-letters/{id}/replay", post(deadletter::replay))
+        .route("/ui/dead-letters/{id}/release", post(deadletter::release))
         .route("/ui/dead-letters/{id}/resolve", post(deadletter::resolve))
         .route("/ui/replay", get(replay::dry_run))
         .route("/ui/replay-jobs", get(jobs::list).post(replay::create))

@@ -57,6 +57,7 @@ async fn open(url: &str) -> SharedStore {
         clock: Arc::new(SystemClock),
         use_db_clock: true,
         redaction: Default::default(),
+        ledger: Default::default(),
     };
     let s = store::connect(url, options).await.unwrap();
     s.migrate().await.unwrap();

@@ -37,6 +37,7 @@ impl Store {
             clock: Arc::new(SystemClock),
             use_db_clock: true,
             redaction: Default::default(),
+            ledger: Default::default(),
         };
         let store = match db.backend {
             Backend::Sqlite => Self::Sqlite(Arc::new(

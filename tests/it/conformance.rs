@@ -400,6 +400,7 @@ async fn sqlite_sets_wal_and_full_sync_on_every_pooled_connection() {
         clock: Arc::new(SystemClock),
         use_db_clock: false,
         redaction: Default::default(),
+        ledger: Default::default(),
     };
     let store = oncegate::db::sqlite::SqliteStore::connect(&db.url, options)
         .await
@@ -474,6 +475,7 @@ async fn sqlite_refuses_a_write_on_the_read_pool() {
         clock: Arc::new(SystemClock),
         use_db_clock: false,
         redaction: Default::default(),
+        ledger: Default::default(),
     };
     let store = oncegate::db::sqlite::SqliteStore::connect(&db.url, options)
         .await

@@ -109,12 +109,25 @@ impl TestDb {
         use_db_clock: bool,
         redaction: Arc<oncegate::audit::Redactor>,
     ) -> SharedStore {
+        self.store_with(clock, use_db_clock, redaction, Default::default())
+            .await
+    }
+
+    /// A store with these redaction rules and these ledger recovery rules.
+    pub async fn store_with(
+        &self,
+        clock: SharedClock,
+        use_db_clock: bool,
+        redaction: Arc<oncegate::audit::Redactor>,
+        ledger: Arc<oncegate::ledger::LedgerConfig>,
+    ) -> SharedStore {
         let options = StoreOptions {
             max_connections: 3,
             busy_timeout_ms: 5_000,
             clock,
             use_db_clock,
             redaction,
+            ledger,
         };
         let store = store::connect(&self.url, options).await.unwrap();
         store.migrate().await.unwrap();
@@ -247,6 +260,7 @@ async fn create_pg_database(name: &str) {
             clock: Arc::new(SystemClock),
             use_db_clock: true,
             redaction: Default::default(),
+            ledger: Default::default(),
         };
         let store = store::connect(&pg_url_for(&building), options)
             .await
@@ -331,6 +345,25 @@ impl TestApp {
     }
 
     pub async fn spawn_with(backend: Backend, adjust: impl FnOnce(&mut Config)) -> Self {
+        Self::spawn_on(backend, Arc::new(SystemClock), true, adjust).await
+    }
+
+    /// An app whose every part reads `clock` (PostgreSQL too: its lease
+    /// times then come from the clock, not `now()`).
+    pub async fn spawn_clocked(
+        backend: Backend,
+        clock: Arc<ManualClock>,
+        adjust: impl FnOnce(&mut Config),
+    ) -> Self {
+        Self::spawn_on(backend, clock, false, adjust).await
+    }
+
+    async fn spawn_on(
+        backend: Backend,
+        clock: SharedClock,
+        use_db_clock: bool,
+        adjust: impl FnOnce(&mut Config),
+    ) -> Self {
         let db = TestDb::new(backend).await;
         let (workflow, wf_entry) = token("n8n", &[Scope::Workflow]);
         let (operator, op_entry) = token("ops", &[Scope::Operator]);
@@ -346,9 +379,13 @@ impl TestApp {
         let base = format!("http://{}", listener.local_addr().unwrap());
         config.server.public_base_url = Some(base.clone());
         adjust(&mut config);
-        let clock: SharedClock = Arc::new(SystemClock);
         let store = db
-            .store_redacting(clock.clone(), true, Arc::new(config.redactor()))
+            .store_with(
+                clock.clone(),
+                use_db_clock,
+                Arc::new(config.redactor()),
+                Arc::new(config.ledger.clone()),
+            )
             .await;
         let (state, bootstrap) = app::build_state(config, store.clone(), clock)
             .await

@@ -32,6 +32,7 @@ mod lab;
 // n8n integration (examples/n8n, docs/n8n.md)
 mod n8n;
 mod process;
+mod recovery;
 mod redaction;
 mod retention;
 mod run_scoping;

@@ -43,6 +43,7 @@ async fn spawn(db: &TestDb, target: &MockTarget) -> App {
         clock: clock.clone(),
         use_db_clock: true,
         redaction: Default::default(),
+        ledger: Default::default(),
     };
     let (store, sqlite): (SharedStore, _) = match db.backend {
         Backend::Sqlite => {

@@ -1,5 +1,5 @@
-//! The operator's commands on one dead letter: resolve, replay, replace,
-//! assign; and the replacement links of a run.
+//! The operator's commands on one dead letter: resolve, replay, release,
+//! replace, assign; and the replacement links of a run.
 
 use crate::api::PathId;
 use axum::extract::{Query, State};
@@ -156,6 +156,40 @@ pub(in crate::api) async fn replay(
         retain_ms: app.config.dead_letters.retain_ms(),
         job_item: None,
         challenge: None,
+        release: false,
+    };
+    let outcome = replay_one(&app.replay, cmd).await.map_err(replay_error)?;
+    done(&app, outcome)
+}
+
+/// Releases a dead-lettered run that queued no effect (a stranded run, a
+/// spent reclaim budget, a workflow error) back to the workflow's re-run:
+/// `dead_lettered → failed_retryable` with its reclaim budget restarted,
+/// so the next claim of the key reclaims it. A run with effects is
+/// refused (409 `run-has-effects`) and nothing changes.
+#[utoipa::path(post, path = "/v1/dead-letters/{id}/release", tag = "dead letters",
+    params(("id" = String, Path, description = "Dead letter id")), request_body = ReplayBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Released; the run is failed_retryable", body = ActionResponse),
+        (status = 400, description = "Missing reason", body = super::super::Problem),
+        (status = 404, description = "No such dead letter", body = super::super::Problem),
+        (status = 409, description = "Already resolved, run not dead-lettered, nothing to release, or the run has effects (run-has-effects)", body = super::super::Problem),
+    ))]
+pub(in crate::api) async fn release(
+    State(app): State<AppState>,
+    caller: Caller,
+    PathId(id): PathId,
+    ApiJson(body): ApiJson<ReplayBody>,
+) -> Result<Json<ActionResponse>> {
+    let cmd = ReplayCommand {
+        id,
+        actor: caller.subject.clone(),
+        reason: required_text("reason", body.reason, 2_000)?,
+        retain_ms: app.config.dead_letters.retain_ms(),
+        job_item: None,
+        challenge: None,
+        release: true,
     };
     let outcome = replay_one(&app.replay, cmd).await.map_err(replay_error)?;
     done(&app, outcome)

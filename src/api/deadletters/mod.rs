@@ -34,6 +34,7 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
         .route("/v1/dead-letters/{id}", get(show))
         .route("/v1/dead-letters/{id}/resolve", post(actions::resolve))
         .route("/v1/dead-letters/{id}/replay", post(actions::replay))
+        .route("/v1/dead-letters/{id}/release", post(actions::release))
         .route("/v1/dead-letters/{id}/replace", post(actions::replace))
         .route("/v1/dead-letters/{id}/assign", post(actions::assign))
         .route("/v1/runs/links", get(actions::links))
@@ -60,6 +61,7 @@ pub(super) fn refused(refusal: Refusal) -> ApiError {
         Refusal::NothingToReplay => ("nothing-to-replay", None),
         Refusal::KeyTaken(state) => ("key-taken", Some(state.to_string())),
         Refusal::JobNotRunning | Refusal::ItemDone => ("job-not-running", None),
+        Refusal::RunHasEffects(_) => ("run-has-effects", None),
     };
     ApiError::Refused {
         slug,

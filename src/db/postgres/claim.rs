@@ -114,6 +114,6 @@ pub(crate) fn statement_for_batch() -> String {
              AND NOT ({settled})",
         kind = Move::Claim.as_str(),
         state = RunState::Processing.as_str(),
-        settled = reclaimable_sql(str::to_owned, "v_hash", "og_now_ms($1)"),
+        settled = reclaimable_sql(str::to_owned, "v_hash", "og_now_ms($1)", None),
     )
 }

@@ -186,6 +186,6 @@ pub(crate) fn statement_for_batch() -> String {
         claim = Move::Claim.as_str(),
         approve = Move::Approve.as_str(),
         pending = EffectState::Pending.as_str(),
-        settled = reclaimable_sql(str::to_owned, "v_hash", now),
+        settled = reclaimable_sql(str::to_owned, "v_hash", now, None),
     )
 }

@@ -72,7 +72,9 @@ impl Db<PgBackend> {
             })
             .connect_with(connect)
             .await?;
-        let st = Statements::new(Dialect::Postgres).redacting(options.redaction.clone());
+        let st = Statements::new(Dialect::Postgres)
+            .redacting(options.redaction.clone())
+            .recovering(options.ledger.clone());
         let (clock, use_db_clock) = (options.clock.clone(), options.use_db_clock);
         let now: batch::Now = Arc::new(move || (!use_db_clock).then(|| clock.now_ms()));
         let claims = batch::Batcher::start(pool.clone(), now.clone(), batch::Kind::Claims);

@@ -17,6 +17,7 @@ pub mod gauges;
 pub mod ingress;
 pub mod jobs;
 pub mod outbox;
+pub mod recovery;
 pub mod retention;
 pub mod runs;
 
@@ -118,7 +119,8 @@ pub(crate) const RUN_COLUMNS: &str =
     "namespace, run_key, business_key, state, prev_state, payload_hash, \
     lease_owner, lease_expires_at, lease_started_at, version, attempts, result, last_error, \
     reason, operation, correlation_id, workflow_version, source_url, execution_ref, \
-    requested_by, claimed_by, audit_seq, audit_head, created_at, updated_at, archived_at";
+    requested_by, claimed_by, audit_seq, audit_head, created_at, updated_at, archived_at, \
+    reclaims, budget_started_at";
 
 /// The `effects` columns statements return, in [`EffectRow`] order.
 ///
@@ -155,6 +157,9 @@ pub struct Statements {
     pub gauges: gauges::GaugeStatements,
     /// The redaction rules every write applies before storage.
     pub redactor: std::sync::Arc<crate::audit::Redactor>,
+    /// The ledger's recovery rules, which the claim and the recovery moves
+    /// bind per namespace (carried here for the same reason).
+    pub ledger: std::sync::Arc<crate::ledger::LedgerConfig>,
 }
 
 impl Statements {
@@ -172,6 +177,7 @@ impl Statements {
             retention: retention::RetentionStatements::new(),
             gauges: gauges::GaugeStatements::new(dialect),
             redactor: std::sync::Arc::new(crate::audit::Redactor::none()),
+            ledger: std::sync::Arc::default(),
         }
     }
 
@@ -179,6 +185,12 @@ impl Statements {
     #[must_use]
     pub fn redacting(self, redactor: std::sync::Arc<crate::audit::Redactor>) -> Self {
         Self { redactor, ..self }
+    }
+
+    /// The same statements binding `ledger`'s recovery rules.
+    #[must_use]
+    pub fn recovering(self, ledger: std::sync::Arc<crate::ledger::LedgerConfig>) -> Self {
+        Self { ledger, ..self }
     }
 }
 

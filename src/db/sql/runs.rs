@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use super::{Dialect, RUN_COLUMNS};
-use crate::ledger::{reclaimable_sql, Move};
+use crate::ledger::{budget_spent_sql, reclaimable_sql, stranded_sql, BudgetSql, Move};
 use crate::outbox::EffectRole;
 
 /// The run statements, spelled for one backend.
@@ -17,8 +17,23 @@ use crate::outbox::EffectRole;
 pub struct RunStatements {
     /// The atomic claim. Binds: now, namespace, key, business_key,
     /// payload_hash, lease_owner, lease_ms, operation, correlation_id,
-    /// workflow_version, source_url, execution_ref, requested_by, claimed_by.
+    /// workflow_version, source_url, execution_ref, requested_by,
+    /// claimed_by, then the namespace's budget: max_reclaims,
+    /// retry_window_ms.
     pub claim: String,
+    /// `failed_retryable → dead_lettered` for a run past its reclaim
+    /// budget (`Move::ReclaimBudgetExhausted`), the budget rule repeated.
+    /// Binds: now, namespace, key, reason, max_reclaims, retry_window_ms,
+    /// version, payload_hash (NULL: any; the claim path binds no version,
+    /// its claim statement having just found the run unclaimable inside
+    /// the same transaction, and its payload hash, so a conflicting
+    /// payload moves nothing; the sweeper binds the version it read).
+    pub exhaust: String,
+    /// `processing → dead_lettered` for a stranded run (`Move::Stranded`),
+    /// by compare-and-set on the version the sweeper read, the stranded
+    /// rule repeated: a concurrent reclaim changes the version and wins.
+    /// Binds: now, namespace, key, reason, version, stranded_after_ms.
+    pub strand: String,
     /// One run, only when a claim of it could not win now (a duplicate's
     /// answer, read without the writer). Binds: now, namespace, key,
     /// payload_hash.
@@ -90,12 +105,39 @@ impl RunStatements {
              AND lease_expires_at > {now}"
         );
         let (append_audit, append_audits) = append_statements(dialect);
+        let budget = BudgetSql {
+            max_reclaims: "$5",
+            retry_window_ms: "$6",
+        };
         Self {
             claim: claim(now),
+            exhaust: format!(
+                "UPDATE runs SET state = '{to}', prev_state = state, version = version + 1, \
+                     reason = $4, last_error = COALESCE(last_error, $4), lease_owner = NULL, \
+                     lease_expires_at = NULL, audit_seq = audit_seq + 1, updated_at = {now} \
+                 WHERE namespace = $2 AND run_key = $3 AND state IN {guard} \
+                   AND (CAST($7 AS BIGINT) IS NULL OR version = $7) \
+                   AND (CAST($8 AS TEXT) IS NULL OR payload_hash = $8) AND {spent} \
+                 RETURNING {RUN_COLUMNS}",
+                to = Move::ReclaimBudgetExhausted.to_state().as_str(),
+                guard = Move::ReclaimBudgetExhausted.sql_guard(),
+                spent = budget_spent_sql(str::to_owned, now, budget),
+            ),
+            strand: format!(
+                "UPDATE runs SET state = '{to}', prev_state = state, version = version + 1, \
+                     reason = $4, lease_owner = NULL, lease_expires_at = NULL, \
+                     audit_seq = audit_seq + 1, updated_at = {now} \
+                 WHERE namespace = $2 AND run_key = $3 AND version = $5 AND state IN {guard} \
+                   AND {stranded} \
+                 RETURNING {RUN_COLUMNS}",
+                to = Move::Stranded.to_state().as_str(),
+                guard = Move::Stranded.sql_guard(),
+                stranded = stranded_sql(str::to_owned, now, "$6"),
+            ),
             settled: format!(
                 "SELECT {RUN_COLUMNS} FROM runs WHERE namespace = $2 AND run_key = $3 \
                  AND NOT ({})",
-                reclaimable_sql(str::to_owned, "$4", now)
+                reclaimable_sql(str::to_owned, "$4", now, None)
             ),
             fetch: format!("SELECT {RUN_COLUMNS} FROM runs WHERE namespace = $1 AND run_key = $2"),
             fetch_by_business_key: format!(
@@ -202,9 +244,16 @@ impl RunStatements {
                     Move::ReplayGated,
                 ],
                 |to, guard| {
+                    // A release back to the workflow's re-run restarts the
+                    // reclaim budget, or the next claim would find it spent.
+                    let reset = if to == Move::ReplayRelease.to_state().as_str() {
+                        format!("reclaims = 0, budget_started_at = {now}, ")
+                    } else {
+                        String::new()
+                    };
                     format!(
                         "UPDATE runs SET state = '{to}', prev_state = state, version = version + 1, \
-                             reason = $4, lease_owner = NULL, lease_expires_at = NULL, \
+                             reason = $4, lease_owner = NULL, lease_expires_at = NULL, {reset}\
                              lease_started_at = NULL, audit_seq = audit_seq + 1, updated_at = {now} \
                          WHERE namespace = $2 AND run_key = $3 AND state IN {guard} \
                          RETURNING {RUN_COLUMNS}"
@@ -255,6 +304,10 @@ fn claim(now: &str) -> String {
         |c| format!("runs.{c}"),
         "excluded.payload_hash",
         "excluded.lease_started_at",
+        Some(BudgetSql {
+            max_reclaims: "$15",
+            retry_window_ms: "$16",
+        }),
     );
     format!(
         "INSERT INTO runs (namespace, run_key, business_key, state, payload_hash, lease_owner, \
@@ -267,7 +320,8 @@ fn claim(now: &str) -> String {
              state = 'processing', prev_state = runs.state, \
              lease_owner = excluded.lease_owner, lease_expires_at = excluded.lease_expires_at, \
              lease_started_at = excluded.lease_started_at, version = runs.version + 1, \
-             attempts = runs.attempts + 1, claimed_by = excluded.claimed_by, \
+             attempts = runs.attempts + 1, reclaims = runs.reclaims + 1, \
+             claimed_by = excluded.claimed_by, \
              execution_ref = COALESCE(excluded.execution_ref, runs.execution_ref), \
              workflow_version = COALESCE(excluded.workflow_version, runs.workflow_version), \
              audit_seq = runs.audit_seq + 1, updated_at = excluded.updated_at \
@@ -335,33 +389,4 @@ fn append_statements(dialect: Dialect) -> (String, String) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Spells SQLite's `$1` (not `$10`…) as PostgreSQL's clock call.
-    fn as_pg_time(sql: &str) -> String {
-        let mut out = String::new();
-        let mut rest = sql;
-        while let Some(at) = rest.find("$1") {
-            out.push_str(&rest[..at]);
-            let after = &rest[at + 2..];
-            if after.starts_with(|c: char| c.is_ascii_digit()) {
-                out.push_str("$1");
-            } else {
-                out.push_str("og_now_ms($1)");
-            }
-            rest = after;
-        }
-        out.push_str(rest);
-        out
-    }
-
-    #[test]
-    fn dialects_differ_only_in_time_and_min() {
-        let lite = RunStatements::new(Dialect::Sqlite);
-        let pg = RunStatements::new(Dialect::Postgres);
-        assert_eq!(as_pg_time(&lite.claim), pg.claim);
-        assert_eq!(as_pg_time(&lite.renew).replace("MIN(", "LEAST("), pg.renew);
-        assert!(lite.finish[&Move::Complete].contains("state IN ('processing')"));
-    }
-}
+mod tests;

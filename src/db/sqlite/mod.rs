@@ -91,7 +91,11 @@ impl Db<SqliteBackend> {
         // Created here, before SQLite would create it with the umask's mode.
         backup::create_private(connect.get_filename())
             .map_err(|e| StoreError::Database(sqlx::Error::Io(e)))?;
-        let st = Arc::new(Statements::new(Dialect::Sqlite).redacting(options.redaction.clone()));
+        let st = Arc::new(
+            Statements::new(Dialect::Sqlite)
+                .redacting(options.redaction.clone())
+                .recovering(options.ledger.clone()),
+        );
         let settings = WriterSettings {
             path: connect.get_filename().to_owned(),
             busy_timeout: Duration::from_millis(options.busy_timeout_ms),

@@ -2,8 +2,9 @@
 //! unfinished effects back to `pending` under the same keys with a fresh
 //! budget, and the run `dead_lettered → approved` (or `→ awaiting_human`
 //! through the gate again, or `→ failed_retryable` when it never queued
-//! an effect), in one transaction; for a bulk job's item, only while the
-//! job runs under its runner.
+//! an effect, its reclaim budget restarted), in one transaction; for a bulk
+//! job's item, only while the job runs under its runner. An explicit
+//! release refuses a run that queued effects.
 
 use serde_json::json;
 
@@ -57,6 +58,12 @@ async fn replay_in(tx: &mut Tx<'_>, cmd: &ReplayCommand) -> Result<Finish<Action
     let (Some(dl), None) = (dl, why.clone()) else {
         return refused(why.unwrap_or(Refusal::NotFound));
     };
+    let st = tx.st;
+    let key = Args::new().bind(&dl.namespace).bind(&dl.key);
+    let (effects,): (i64,) = tx.one(&st.outbox.count_effects, key.clone()).await?;
+    if cmd.release && effects > 0 {
+        return refused(Refusal::RunHasEffects(effects));
+    }
     let closing = Closing {
         resolution: Resolution::Replayed,
         actor: &cmd.actor,
@@ -68,9 +75,6 @@ async fn replay_in(tx: &mut Tx<'_>, cmd: &ReplayCommand) -> Result<Finish<Action
     if !close(tx, &cmd.id, closing).await? {
         return refused(Refusal::AlreadyResolved(Resolution::Replayed));
     }
-    let st = tx.st;
-    let key = Args::new().bind(&dl.namespace).bind(&dl.key);
-    let (effects,): (i64,) = tx.one(&st.outbox.count_effects, key.clone()).await?;
     let mv = match (&cmd.challenge, effects) {
         (Some(_), _) => Move::ReplayGated,
         (None, 0) => Move::ReplayRelease,
@@ -86,7 +90,7 @@ async fn replay_in(tx: &mut Tx<'_>, cmd: &ReplayCommand) -> Result<Finish<Action
     let job_id = cmd.job_item.as_ref().map(|i| i.job_id.as_str());
     let detail = json!({ "dead_letter_id": dl.id, "class": dl.class.as_str(),
         "reason": cmd.reason, "requeued": requeued, "job_id": job_id,
-        "replay_count": dl.replay_count + 1 });
+        "replay_count": dl.replay_count + 1, "release": cmd.release });
     let Some(mut run) = operator_move(tx, &dl, mv, None, &cmd.actor, detail).await? else {
         let run = run_in(tx, &dl.namespace, &dl.key).await?;
         return refused(Refusal::RunNotDeadLettered(run.map(|r| r.state)));

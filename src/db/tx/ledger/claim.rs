@@ -27,6 +27,9 @@ pub(crate) enum Attempt {
     },
     /// The key exists and is not reclaimable.
     Lost,
+    /// The key was `failed_retryable` past its reclaim budget: the claim
+    /// moved it to `dead_lettered` with its dead letter (committed).
+    Exhausted(Box<Run>),
     /// Another run holds the business key (the transaction is aborted).
     BusinessKeyTaken(StoreError),
 }
@@ -35,7 +38,7 @@ impl Attempt {
     /// Keeps a won claim; undoes anything else.
     pub(crate) fn finish(self) -> Finish<Self> {
         match self {
-            Self::Won { .. } => Finish::Commit(self),
+            Self::Won { .. } | Self::Exhausted(_) => Finish::Commit(self),
             _ => Finish::Rollback(self),
         }
     }
@@ -92,8 +95,11 @@ pub(crate) async fn try_claim_foreseen(
         .clone()
         .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
     let owner_hex = owner.to_hex();
-    let args = claim_args(tx.now, req, &owner_hex, &correlation_id);
     let st = tx.st;
+    let rules = st.ledger.recovery(req.namespace.as_str());
+    let args = claim_args(tx.now, req, &owner_hex, &correlation_id)
+        .bind(rules.max_reclaims)
+        .bind(rules.retry_window_ms);
     let attempt = tx.optional::<RunRow>(&st.runs.claim, args).await;
     match attempt {
         Ok(Some(row)) => {
@@ -115,7 +121,17 @@ pub(crate) async fn try_claim_foreseen(
                 lease,
             })
         }
-        Ok(None) => Ok(Attempt::Lost),
+        // Not claimable: if only its spent budget stood in the way, the
+        // run goes to an operator now, in this transaction (one more
+        // statement, never on a new key's path).
+        Ok(None) => {
+            let (ns, key) = (req.namespace.as_str(), req.key.as_str());
+            let hash = Some(req.payload_hash.as_str());
+            match super::recovery::exhaust(tx, ns, key, None, hash, "claim").await? {
+                Some(run) => Ok(Attempt::Exhausted(Box::new(run))),
+                None => Ok(Attempt::Lost),
+            }
+        }
         // The only unique index the claim can hit besides its conflict
         // target is the business key's.
         Err(err) if err.is_unique_violation() => Ok(Attempt::BusinessKeyTaken(err)),
@@ -123,8 +139,7 @@ pub(crate) async fn try_claim_foreseen(
     }
 }
 
-/// The claim's 14 parameters (PostgreSQL's single-statement claim binds
-/// the same ones first).
+/// The claim's first 14 parameters (the namespace's budget follows).
 pub(crate) fn claim_args<'a>(
     now: Option<i64>,
     req: &'a ClaimRequest,
@@ -166,6 +181,7 @@ pub(crate) async fn answer(
             lease,
             reclaimed_from,
         }),
+        Attempt::Exhausted(run) => Ok(ClaimOutcome::Exhausted(*run)),
         Attempt::Lost => {
             let existing = fetch(rd, &req.namespace, &req.key)
                 .await?

@@ -3,6 +3,7 @@
 
 mod claim;
 mod owner;
+mod recovery;
 
 pub(crate) use claim::{
     answer, approve_claimed, approve_claimed_foreseen, claim_detail, first_claim_entry,
