@@ -11,7 +11,7 @@ use axum::http::{Method, StatusCode};
 
 use super::labels::OTHER;
 use super::{DeclaredNames, Metrics};
-use crate::ledger::{ClaimOutcome, Run, RunState};
+use crate::ledger::{reclaim, ClaimOutcome, Run, RunState};
 
 /// How a person's approval gate ended (see [`Metrics::gate_decided`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +77,9 @@ impl Metrics {
             }
             self.lease_steals.with_label_values(&[ns]);
             self.payload_conflicts.with_label_values(&[ns]);
+            for class in [reclaim::STRANDED, reclaim::BUDGET_EXHAUSTED] {
+                self.recovered.with_label_values(&[ns, class]);
+            }
         }
         for source in &declared.sources {
             self.signature_failures.with_label_values(&[source]);
@@ -318,6 +321,7 @@ mod tests {
             "oncegate_claims_total{namespace=\"stripe\",outcome=\"duplicate_of\"} 0",
             "oncegate_payload_conflicts_total{namespace=\"crm\"} 0",
             "oncegate_lease_steals_total{namespace=\"stripe\"} 0",
+            "oncegate_recovered_runs_total{class=\"stranded\",namespace=\"crm\"} 0",
             "oncegate_signature_failures_total{source=\"stripe\"} 0",
             "oncegate_unknown_outcomes_total{target=\"crm-api\"} 0",
             "oncegate_retries_near_budget_total{target=\"crm-api\"} 0",

@@ -215,6 +215,7 @@ async fn every_alerted_and_documented_series_comes_from_the_real_server() {
         ("oncegate_unknown_outcomes_total{target=\"mail\"}", 0.0),
         ("oncegate_retries_near_budget_total{target=\"n8n\"}", 0.0),
         ("oncegate_retry_exhaustions_total{target=\"mail\"}", 0.0),
+        ("oncegate_recovered_runs_total{class=\"stranded\",namespace=\"crm\"}", 0.0),
         ("oncegate_audit_verify_failures", 0.0),
     ] {
         let v = value(&text, series).unwrap_or_else(|| panic!("{series} missing:\n{text}"));
