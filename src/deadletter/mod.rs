@@ -121,6 +121,27 @@ impl DeadLetterClass {
         }
     }
 
+    /// What an operator should do next given the record's last evidence:
+    /// the class's advice, and for an unknown outcome whose target did
+    /// answer (a 5xx from a target that ignores idempotency keys) the two
+    /// ways it stops landing here.
+    pub fn next_action_for(self, evidence: Option<&serde_json::Value>) -> String {
+        let answered = evidence
+            .and_then(|e| e.pointer("/evidence/status"))
+            .and_then(serde_json::Value::as_u64);
+        match (self, answered) {
+            (Self::UnknownOutcome, Some(status)) => format!(
+                "the target answered {status}, which may mean it acted: check it for the effect \
+                 by its idempotency key or external reference; resolve as compensated if it \
+                 happened, replay if it did not. So that the next {status} does not stop here: \
+                 give the effect a probe_url (oncegate then reconciles it by itself), or, if a \
+                 {status} from this target never means it acted, map it in the target's \
+                 status_classes (\"{status}\" = \"transient\")"
+            ),
+            _ => self.next_action().to_owned(),
+        }
+    }
+
     /// What an operator should do next, in words.
     pub fn next_action(self) -> &'static str {
         match self {
@@ -268,6 +289,7 @@ mod tests {
         for class in DeadLetterClass::ALL {
             assert_eq!(class.as_str().parse::<DeadLetterClass>().unwrap(), class);
             assert!(!class.next_action().is_empty());
+            assert_eq!(class.next_action_for(None), class.next_action());
             assert_eq!(class.stops_run(), class != DeadLetterClass::PayloadConflict);
         }
         assert_eq!(

@@ -46,16 +46,22 @@ pub fn for_attempt(
             again(retry_after, rng)
         }
         // Only a target that honours keys may get the same key again.
-        Outcome::Ambiguous if !reconcile || target.honours_keys() => again(None, rng),
-        Outcome::Ambiguous if leased.effect.new.spec.probe_url.is_some() => decided(
+        Outcome::Ambiguous { .. } if !reconcile || target.honours_keys() => again(None, rng),
+        Outcome::Ambiguous { .. } if leased.effect.new.spec.probe_url.is_some() => decided(
             match next_attempt_at(&target.retry, attempts, first, now, None, rng) {
                 Some(at) => Verdict::Unknown { at },
                 None => undecidable("the outcome is unknown and the retry budget is spent"),
             },
         ),
-        Outcome::Ambiguous => decided(undecidable(
+        Outcome::Ambiguous { status: None } => decided(undecidable(
             "sent, but the answer was lost; no probe can tell whether it happened",
         )),
+        Outcome::Ambiguous {
+            status: Some(status),
+        } => decided(undecidable(&format!(
+            "the target answered {status}, which does not say whether it acted (it does not \
+             honour idempotency keys), and no probe can tell; not resent blindly"
+        ))),
         Outcome::Permanent => decided(Verdict::Failed {
             class: FailClass::Permanent,
             reason: "the target refused the request permanently".into(),

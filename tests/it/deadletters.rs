@@ -118,11 +118,13 @@ async fn dispatcher_causes_leave_records_with_evidence(backend: Backend) {
     );
     mock.on_path("/busy", Behaviour::no_commit(429));
     mock.on_path("/lost", Behaviour::CommitThenClose);
+    mock.on_path("/failing", Behaviour::status(500));
     let app = app_for(backend, &mock).await;
     for (key, path, state) in [
         ("perm", "/bad", "dead_lettered"),
         ("busy", "/busy", "dead_lettered"),
         ("lost", "/lost", "dead_lettered"),
+        ("failing", "/failing", "dead_lettered"),
     ] {
         claim_commit(&app, key, path).await;
         dispatch_until(&app, key, state).await;
@@ -184,6 +186,25 @@ async fn dispatcher_causes_leave_records_with_evidence(backend: Backend) {
         .as_str()
         .unwrap()
         .contains("compensated"));
+
+    // A 500 from a target that ignores keys is unknown too, but it was
+    // answered: the record says so and names the two ways out.
+    let failing = dead_letter_of(&app, "crm", "failing").await;
+    let d = &failing["dead_letter"];
+    assert_eq!(d["class"], "unknown_outcome");
+    assert_eq!(d["last_evidence"]["evidence"]["status"], 500);
+    let error = d["error"].as_str().unwrap();
+    assert!(error.contains("answered 500"), "{error}");
+    assert!(!error.contains("lost"), "{error}");
+    let next = d["next_action"].as_str().unwrap();
+    for hint in [
+        "probe_url",
+        "status_classes",
+        "\"500\" = \"transient\"",
+        "compensated",
+    ] {
+        assert!(next.contains(hint), "{hint} in {next}");
+    }
     app.stop().await;
 }
 

@@ -51,7 +51,10 @@ pub enum Outcome {
     },
     /// Lost after send, or 5xx/408/409 from a target that does not honour
     /// keys: unknown — reconcile, never blindly resend.
-    Ambiguous,
+    Ambiguous {
+        /// The status the target answered (`None`: no answer came).
+        status: Option<u16>,
+    },
     /// 3xx and the other 4xx: failed, run dead-lettered.
     Permanent,
 }
@@ -64,7 +67,7 @@ impl Outcome {
             Self::Rejected { .. } => AttemptClass::Rejected,
             Self::Transient { .. } => AttemptClass::Transient,
             Self::RetrySafe { .. } => AttemptClass::RetrySafe,
-            Self::Ambiguous => AttemptClass::Ambiguous,
+            Self::Ambiguous { .. } => AttemptClass::Ambiguous,
             Self::Permanent => AttemptClass::Permanent,
         }
     }
@@ -190,7 +193,7 @@ impl StatusClass {
 pub fn classify(target: &TargetConfig, spec: &EffectSpec, attempted: &Attempted) -> Outcome {
     let (status, headers, body) = match attempted {
         Attempted::NotSent(_) => return Outcome::Transient { retry_after: None },
-        Attempted::LostAfterSend(_) => return Outcome::Ambiguous,
+        Attempted::LostAfterSend(_) => return Outcome::Ambiguous { status: None },
         Attempted::Answered {
             status,
             headers,
@@ -203,7 +206,9 @@ pub fn classify(target: &TargetConfig, spec: &EffectSpec, attempted: &Attempted)
             StatusClass::Success => success(spec, headers, body),
             StatusClass::Transient => Outcome::Transient { retry_after },
             StatusClass::RetrySafe if target.honours_keys() => Outcome::RetrySafe { retry_after },
-            StatusClass::RetrySafe | StatusClass::Ambiguous => Outcome::Ambiguous,
+            StatusClass::RetrySafe | StatusClass::Ambiguous => Outcome::Ambiguous {
+                status: Some(status.as_u16()),
+            },
             StatusClass::Permanent => Outcome::Permanent,
         };
     }
@@ -213,7 +218,7 @@ pub fn classify(target: &TargetConfig, spec: &EffectSpec, attempted: &Attempted)
         429 => Outcome::Transient { retry_after },
         503 if retry_after.is_some() => Outcome::Transient { retry_after },
         500..=599 | 408 | 409 if target.honours_keys() => Outcome::RetrySafe { retry_after },
-        500..=599 | 408 | 409 => Outcome::Ambiguous,
+        500..=599 | 408 | 409 => Outcome::Ambiguous { status: Some(code) },
         _ => Outcome::Permanent,
     }
 }

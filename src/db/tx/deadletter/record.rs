@@ -75,9 +75,9 @@ pub(crate) async fn record_dead_letter(
         .bind(payload_hash)
         .bind(&input.error)
         .bind(attempts.to_string())
-        .bind(evidence.map(|e| e.to_string()))
+        .bind(evidence.as_ref().map(ToString::to_string))
         .bind(run.state.as_str())
-        .bind(input.class.next_action())
+        .bind(input.class.next_action_for(evidence.as_ref()))
         .bind(earlier.first().map(|(id,)| id.as_str()))
         .bind(earlier.len() as i64);
     tx.execute(&st.deadletter.insert, args).await?;
