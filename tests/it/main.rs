@@ -27,6 +27,7 @@ mod egress;
 mod group_commit;
 mod harness;
 mod ingress;
+mod killswitch;
 // The Retry Lab.
 mod lab;
 // n8n integration (examples/n8n, docs/n8n.md)
