@@ -66,6 +66,28 @@ pub struct ReplayCommand {
     pub release: bool,
 }
 
+impl ReplayCommand {
+    /// One operator's replay of dead letter `id` (or, with `release`, its
+    /// release to the workflow's re-run), outside any bulk job.
+    pub fn by_operator(
+        id: String,
+        actor: String,
+        reason: String,
+        retain_ms: i64,
+        release: bool,
+    ) -> Self {
+        Self {
+            id,
+            actor,
+            reason,
+            retain_ms,
+            job_item: None,
+            challenge: None,
+            release,
+        }
+    }
+}
+
 /// `replace`: a new event under a new upstream key, linked to the original.
 #[derive(Debug, Clone)]
 pub struct ReplaceCommand {

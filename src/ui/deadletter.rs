@@ -199,20 +199,7 @@ pub async fn replay(
     let reason = text_field("reason", form.reason, 2_000)?.ok_or_else(|| {
         UiError::Invalid("a reason is required: say why it is safe to replay".into())
     })?;
-    let cmd = ReplayCommand {
-        id: id.clone(),
-        actor: viewer.subject().to_owned(),
-        reason,
-        retain_ms: app.config.dead_letters.retain_ms(),
-        job_item: None,
-        challenge: None,
-        release: false,
-    };
-    let outcome = replay_one(&app.replay, cmd).await.map_err(|e| match e {
-        ReplayError::Store(e) => UiError::Store(e),
-        other => UiError::Refused(format!("{other}; nothing was changed")),
-    })?;
-    let (run_state, effects) = done(outcome)?;
+    let (run_state, effects) = run_replay(&app, &viewer, &id, reason, false).await?;
     tracing::info!(dead_letter = %id, actor = viewer.subject(), effects, "dead letter replayed from the console");
     let code = if run_state == Some(RunState::AwaitingHuman) {
         "gated"
@@ -238,22 +225,28 @@ pub async fn release(
     viewer.check_csrf(&purpose("release", &id), form.csrf.as_deref())?;
     let reason = text_field("reason", form.reason, 2_000)?
         .ok_or_else(|| UiError::Invalid("a reason is required: say why".into()))?;
-    let cmd = ReplayCommand {
-        id: id.clone(),
-        actor: viewer.subject().to_owned(),
-        reason,
-        retain_ms: app.config.dead_letters.retain_ms(),
-        job_item: None,
-        challenge: None,
-        release: true,
-    };
+    run_replay(&app, &viewer, &id, reason, true).await?;
+    tracing::info!(dead_letter = %id, actor = viewer.subject(), "dead letter released from the console");
+    Ok(viewer.see_other(&format!("/ui/dead-letters/{id}?done=released")))
+}
+
+/// Runs the viewer's replay (or release) of `id`: the run's state after
+/// it and the effects re-queued.
+async fn run_replay(
+    app: &AppState,
+    viewer: &Operator,
+    id: &str,
+    reason: String,
+    release: bool,
+) -> Result<(Option<RunState>, u64)> {
+    let retain_ms = app.config.dead_letters.retain_ms();
+    let actor = viewer.subject().to_owned();
+    let cmd = ReplayCommand::by_operator(id.to_owned(), actor, reason, retain_ms, release);
     let outcome = replay_one(&app.replay, cmd).await.map_err(|e| match e {
         ReplayError::Store(e) => UiError::Store(e),
         other => UiError::Refused(format!("{other}; nothing was changed")),
     })?;
-    done(outcome)?;
-    tracing::info!(dead_letter = %id, actor = viewer.subject(), "dead letter released from the console");
-    Ok(viewer.see_other(&format!("/ui/dead-letters/{id}?done=released")))
+    done(outcome)
 }
 
 fn done(outcome: ActionOutcome) -> Result<(Option<RunState>, u64)> {

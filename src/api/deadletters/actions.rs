@@ -149,17 +149,7 @@ pub(in crate::api) async fn replay(
     PathId(id): PathId,
     ApiJson(body): ApiJson<ReplayBody>,
 ) -> Result<Json<ActionResponse>> {
-    let cmd = ReplayCommand {
-        id,
-        actor: caller.subject.clone(),
-        reason: required_text("reason", body.reason, 2_000)?,
-        retain_ms: app.config.dead_letters.retain_ms(),
-        job_item: None,
-        challenge: None,
-        release: false,
-    };
-    let outcome = replay_one(&app.replay, cmd).await.map_err(replay_error)?;
-    done(&app, outcome)
+    replay_by(&app, &caller, id, body.reason, false).await
 }
 
 /// Releases a dead-lettered run that queued no effect (a stranded run, a
@@ -182,17 +172,23 @@ pub(in crate::api) async fn release(
     PathId(id): PathId,
     ApiJson(body): ApiJson<ReplayBody>,
 ) -> Result<Json<ActionResponse>> {
-    let cmd = ReplayCommand {
-        id,
-        actor: caller.subject.clone(),
-        reason: required_text("reason", body.reason, 2_000)?,
-        retain_ms: app.config.dead_letters.retain_ms(),
-        job_item: None,
-        challenge: None,
-        release: true,
-    };
+    replay_by(&app, &caller, id, body.reason, true).await
+}
+
+/// An operator's replay of dead letter `id`, or (`release`) its release
+/// to the workflow's re-run.
+async fn replay_by(
+    app: &AppState,
+    caller: &Caller,
+    id: String,
+    reason: String,
+    release: bool,
+) -> Result<Json<ActionResponse>> {
+    let reason = required_text("reason", reason, 2_000)?;
+    let retain_ms = app.config.dead_letters.retain_ms();
+    let cmd = ReplayCommand::by_operator(id, caller.subject.clone(), reason, retain_ms, release);
     let outcome = replay_one(&app.replay, cmd).await.map_err(replay_error)?;
-    done(&app, outcome)
+    done(app, outcome)
 }
 
 /// `POST /v1/dead-letters/{id}/replace`.
