@@ -13,7 +13,7 @@ use super::session::{cookie_secret, set_cookie, ApprovalsConfig, StoredSession};
 use super::token::Secret;
 use crate::clock::Clock;
 use crate::ledger::storage::StoreError;
-use crate::tokens::{Authenticator, Scope};
+use crate::tokens::{Authenticator, Principal, Scope};
 
 /// A signed-in person: the session's secret (for CSRF) and its record.
 #[derive(Debug, Clone)]
@@ -76,7 +76,7 @@ impl People<'_> {
             }
             let scopes = self.config.sso_scopes.iter().map(|s| s.as_str().to_owned());
             let (person, cookie) = self
-                .open_session(subject, scopes.collect(), roles, AuthMethod::Sso)
+                .open_session(subject, scopes.collect(), roles, None)
                 .await?;
             return Ok((Some(person), Some(cookie)));
         }
@@ -91,8 +91,25 @@ impl People<'_> {
         let Some(secret) = cookie_secret(headers) else {
             return Ok(None);
         };
-        let session = self.store.session(&secret.digest()).await?;
-        Ok(session.map(|session| Person { secret, session }))
+        let Some(mut session) = self.store.session(&secret.digest()).await? else {
+            return Ok(None);
+        };
+        if session.auth == AuthMethod::Token {
+            // The token that opened the session must still be known, and
+            // still sign in: its current scopes and roles apply at once.
+            let principal = session
+                .credential
+                .as_deref()
+                .and_then(|d| self.auth.by_digest(d))
+                .filter(|p| may_sign_in(p));
+            let Some(p) = principal else {
+                self.store.delete_session(&session.id_hash).await?;
+                return Ok(None);
+            };
+            session.scopes = scope_names(p);
+            session.roles.clone_from(&p.roles);
+        }
+        Ok(Some(Person { secret, session }))
     }
 
     /// Exchanges an approver or operator token for a session; `None` for
@@ -101,13 +118,17 @@ impl People<'_> {
     /// # Errors
     /// The store failed.
     pub async fn sign_in(&self, token: &str) -> Result<Option<(Person, HeaderValue)>, StoreError> {
-        let principal = self.auth.authenticate(token.trim()).cloned();
-        let Some(p) = principal.filter(|p| p.has(Scope::Approver) || p.has(Scope::Operator)) else {
+        let credential = crate::tokens::digest(token.trim());
+        let Some(p) = self.auth.by_digest(&credential).filter(|p| may_sign_in(p)) else {
             return Ok(None);
         };
-        let scopes = p.scopes.iter().map(|s| s.as_str().to_owned()).collect();
         let opened = self
-            .open_session(p.subject, scopes, p.roles, AuthMethod::Token)
+            .open_session(
+                p.subject.clone(),
+                scope_names(p),
+                p.roles.clone(),
+                Some(credential),
+            )
             .await?;
         Ok(Some(opened))
     }
@@ -125,8 +146,14 @@ impl People<'_> {
         subject: String,
         scopes: Vec<String>,
         roles: Vec<String>,
-        auth: AuthMethod,
+        credential: Option<String>,
     ) -> Result<(Person, HeaderValue), StoreError> {
+        // A token session carries its token's digest; single sign-on none.
+        let auth = if credential.is_some() {
+            AuthMethod::Token
+        } else {
+            AuthMethod::Sso
+        };
         let secret = Secret::generate();
         let ttl = self.config.session_ttl_secs;
         let session = StoredSession {
@@ -135,10 +162,23 @@ impl People<'_> {
             scopes,
             roles,
             auth,
+            credential,
             expires_at: self.clock.now_ms() + secs_ms(ttl),
         };
         self.store.insert_session(&session).await?;
         let cookie = set_cookie(&secret, self.secure, ttl);
         Ok((Person { secret, session }, cookie))
     }
+}
+
+/// Whether a token's principal may open (and keep) a browser session.
+fn may_sign_in(p: &Principal) -> bool {
+    p.has(Scope::Approver) || p.has(Scope::Operator)
+}
+
+/// The scope names of a principal, as a session stores them.
+fn scope_names(p: &Principal) -> Vec<String> {
+    let mut names: Vec<String> = p.scopes.iter().map(|s| s.as_str().to_owned()).collect();
+    names.sort();
+    names
 }

@@ -123,6 +123,9 @@ pub struct StoredSession {
     pub roles: Vec<String>,
     /// How they signed in.
     pub auth: AuthMethod,
+    /// For a token session, the digest of the token that opened it: the
+    /// session ends when that token is no longer known.
+    pub credential: Option<String>,
     /// When it stops working.
     pub expires_at: Millis,
 }

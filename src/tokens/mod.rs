@@ -79,7 +79,12 @@ impl Authenticator {
 
     /// The principal a presented token names.
     pub fn authenticate(&self, token: &str) -> Option<&Principal> {
-        self.by_digest.get(&digest(token))
+        self.by_digest(&digest(token))
+    }
+
+    /// The principal of a token by its digest (a session's credential).
+    pub fn by_digest(&self, digest: &str) -> Option<&Principal> {
+        self.by_digest.get(digest)
     }
 }
 

@@ -39,6 +39,7 @@ mod retention;
 mod run_scoping;
 // The listener under hostile clients and a broken log sink (issue 25).
 mod serve_limits;
+mod sessions;
 mod target;
 // The operator console.
 mod browser;

@@ -80,6 +80,7 @@ pub(crate) struct SessionRow {
     roles: String,
     auth_method: String,
     expires_at: i64,
+    credential: Option<String>,
 }
 
 impl SessionRow {
@@ -95,6 +96,7 @@ impl SessionRow {
             scopes: json(&self.scopes)?,
             roles: json(&self.roles)?,
             auth,
+            credential: self.credential,
             expires_at: self.expires_at,
         })
     }
@@ -167,6 +169,7 @@ impl FromRow for SessionRow {
             roles: row.get("roles")?,
             auth_method: row.get("auth_method")?,
             expires_at: row.get("expires_at")?,
+            credential: row.get("credential")?,
         })
     }
 }

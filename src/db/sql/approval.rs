@@ -96,10 +96,11 @@ impl ApprovalStatements {
                  VALUES ($1, $2, $3, $4, $5) ON CONFLICT (digest) DO NOTHING"
                 .into(),
             insert_session: "INSERT INTO sessions (id_hash, subject, scopes, roles, auth_method, \
-                 created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+                 created_at, expires_at, credential) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
                 .into(),
             session: format!(
-                "SELECT id_hash, subject, scopes, roles, auth_method, expires_at FROM sessions \
+                "SELECT id_hash, subject, scopes, roles, auth_method, expires_at, credential \
+                 FROM sessions \
                  WHERE id_hash = $2 AND expires_at > {now}"
             ),
             delete_session: "DELETE FROM sessions WHERE id_hash = $1".into(),

@@ -27,7 +27,8 @@ impl<B: Backend> SessionStore for Db<B> {
                     .bind(to_json(&s.roles)?)
                     .bind(s.auth.as_str())
                     .bind(tx.clock_now)
-                    .bind(s.expires_at);
+                    .bind(s.expires_at)
+                    .bind(&s.credential);
                 tx.execute(&st.approval.insert_session, args).await?;
                 Ok(())
             })
