@@ -130,12 +130,7 @@ impl Shared {
 
     /// Who is signed in, sign-in and sign-out, over this state.
     pub fn people(&self) -> crate::approval::people::People<'_> {
-        let secure = self
-            .config
-            .server
-            .public_base_url
-            .as_deref()
-            .is_some_and(|u| u.starts_with("https://"));
+        let secure = self.config.server.is_https();
         crate::approval::people::People {
             store: self.store.as_ref(),
             config: &self.config.approvals,

@@ -46,10 +46,19 @@ fn wants_json(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.contains("application/json") && !v.contains("text/html"))
 }
 
-/// A local path to return to after sign-in (never another site).
+/// A local path to return to after sign-in (never another site): one
+/// slash, then visible ASCII without a backslash. A browser drops tabs
+/// and newlines from a `Location`, so `/\t/evil.example` would become the
+/// protocol-relative `//evil.example`; such paths go to `/approvals`.
 fn safe_next(next: Option<&str>) -> String {
     match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_owned(),
+        Some(n)
+            if n.starts_with('/')
+                && !n[1..].starts_with(['/', '\\'])
+                && n.bytes().all(|b| b.is_ascii_graphic() && b != b'\\') =>
+        {
+            n.to_owned()
+        }
         _ => "/approvals".to_owned(),
     }
 }
@@ -295,5 +304,30 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ConnectInfoOpt {
                 .get::<ConnectInfo<SocketAddr>>()
                 .map(|c| c.0),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::safe_next;
+
+    #[test]
+    fn next_stays_on_this_origin() {
+        for local in ["/approvals", "/ui/dead-letters?class=permanent", "/approve/abc"] {
+            assert_eq!(safe_next(Some(local)), local);
+        }
+        for away in [
+            "//evil.example",
+            "/\\evil.example",
+            "/\t/evil.example",
+            "/\n/evil.example",
+            "/ /evil.example",
+            "https://evil.example",
+            "evil.example",
+            "/ok\\..\\x",
+        ] {
+            assert_eq!(safe_next(Some(away)), "/approvals", "{away:?}");
+        }
+        assert_eq!(safe_next(None), "/approvals");
     }
 }

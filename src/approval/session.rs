@@ -89,25 +89,35 @@ impl ApprovalsConfig {
         if !self.trusted_proxies.contains(&peer) {
             return None;
         }
-        let subject = headers.get(header)?.to_str().ok()?.trim();
-        if subject.is_empty() || subject.len() > 255 {
+        // One value, one person: behind a proxy that appends instead of
+        // replacing, a second value (or a joined `a, b`) may be the client's.
+        let subject = only_value(headers, header)?.trim();
+        if subject.is_empty() || subject.len() > 255 || subject.contains(',') {
+            tracing::warn!(header, "single sign-on header refused: empty, too long, or several values");
             return None;
         }
-        let roles = self
-            .sso_roles_header
-            .as_deref()
-            .and_then(|h| headers.get(h))
-            .and_then(|v| v.to_str().ok())
-            .map(|v| {
-                v.split(',')
-                    .map(str::trim)
-                    .filter(|r| !r.is_empty())
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default();
+        let roles = match self.sso_roles_header.as_deref() {
+            Some(h) if headers.contains_key(h) => only_value(headers, h)?
+                .split(',')
+                .map(str::trim)
+                .filter(|r| !r.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            _ => Vec::new(),
+        };
         Some((subject.to_owned(), roles))
     }
+}
+
+/// The value of `name` when it is sent exactly once, as text.
+fn only_value<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    let mut values = headers.get_all(name).iter();
+    let value = values.next()?.to_str().ok()?;
+    if values.next().is_some() {
+        tracing::warn!(header = name, "single sign-on header sent more than once; refused");
+        return None;
+    }
+    Some(value)
 }
 
 /// A signed-in person as stored (by the digest of the cookie).
@@ -218,5 +228,17 @@ mod tests {
         );
         assert_eq!(config.sso_user(Some(other), &headers), None);
         assert_eq!(config.sso_user(None, &headers), None);
+
+        // Behind a proxy that appends: a second value is refused, not
+        // the first one taken.
+        let mut twice = headers.clone();
+        twice.append("x-forwarded-user", HeaderValue::from_static("mallory"));
+        assert_eq!(config.sso_user(Some(trusted), &twice), None);
+        let mut joined = headers.clone();
+        joined.insert("x-forwarded-user", HeaderValue::from_static("mallory, alice"));
+        assert_eq!(config.sso_user(Some(trusted), &joined), None);
+        let mut roles_twice = headers.clone();
+        roles_twice.append("x-forwarded-groups", HeaderValue::from_static("admin"));
+        assert_eq!(config.sso_user(Some(trusted), &roles_twice), None);
     }
 }

@@ -57,10 +57,24 @@ impl ServerConfig {
     /// `http://<listen>` when the service listens on loopback.
     pub fn public_base(&self) -> Option<String> {
         match &self.public_base_url {
-            Some(url) => Some(url.trim_end_matches('/').to_owned()),
+            // Normalised (scheme and host lower-cased), so `HTTPS://` is https.
+            Some(url) => Some(
+                url::Url::parse(url)
+                    .map_or_else(|_| url.clone(), String::from)
+                    .trim_end_matches('/')
+                    .to_owned(),
+            ),
             None if self.listen.ip().is_loopback() => Some(format!("http://{}", self.listen)),
             None => None,
         }
+    }
+
+    /// Whether the public base is https: cookies are then `Secure`.
+    pub fn is_https(&self) -> bool {
+        self.public_base_url.is_some()
+            && self
+                .public_base()
+                .is_some_and(|base| base.starts_with("https://"))
     }
 
     /// Checks the limits and the public address.

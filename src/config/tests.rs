@@ -194,3 +194,24 @@ fn recovery_rules_load_per_namespace_and_bad_values_name_their_field() {
         .to_string();
     assert!(err.contains("not a duration"), "{err}");
 }
+
+#[test]
+fn an_upper_case_https_base_is_https() {
+    let c = load_text(
+        "[server]\npublic_base_url = \"HTTPS://Approvals.Example.com/\"\n",
+        &[],
+    )
+    .unwrap();
+    assert!(c.server.is_https(), "the cookie must stay Secure");
+    assert_eq!(
+        c.server.public_base().as_deref(),
+        Some("https://approvals.example.com")
+    );
+    let local = load_text(
+        "[server]\npublic_base_url = \"http://127.0.0.1:8080\"\n",
+        &[],
+    )
+    .unwrap();
+    assert!(!local.server.is_https());
+    assert!(!load_text("", &[]).unwrap().server.is_https());
+}
