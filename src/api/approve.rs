@@ -20,6 +20,7 @@ use serde::Deserialize;
 use super::error::{refusal_status, ApiError};
 use crate::approval::decide::{Decision, DecisionForm, Handle, Viewed};
 use crate::approval::pages::{self, Confirm};
+use crate::approval::people::posted_from_another_site;
 use crate::approval::session::clear_cookie;
 use crate::approval::Refusal;
 use crate::state::AppState;
@@ -104,8 +105,24 @@ struct LoginForm {
     next: Option<String>,
 }
 
-async fn login(State(app): State<AppState>, Form(form): Form<LoginForm>) -> Response {
+async fn login(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Response {
     let next = safe_next(form.next.as_deref());
+    // Only a configured base names the origin (the loopback default may
+    // name port 0); without one the request's own Host does.
+    let server = &app.config.server;
+    let public_base = server.public_base_url.as_ref().and(server.public_base());
+    if posted_from_another_site(&headers, public_base.as_deref()) {
+        tracing::warn!("sign-in refused: the form was posted from another site");
+        let page = pages::login(
+            &next,
+            Some("Sign in from this page: a form on another site cannot sign you in."),
+        );
+        return pages::respond(StatusCode::FORBIDDEN, page);
+    }
     match app.people().sign_in(&form.token).await {
         Ok(Some((_, cookie))) => with_cookie(see_other(&next), Some(cookie)),
         Ok(None) => {

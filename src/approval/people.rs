@@ -182,3 +182,61 @@ fn scope_names(p: &Principal) -> Vec<String> {
     names.sort();
     names
 }
+
+/// Whether a sign-in form was posted from another site (login CSRF: a
+/// page elsewhere signing the victim in as the attacker). A browser says
+/// so in `Sec-Fetch-Site` (anything but `same-origin`, or `none` for a
+/// form the person opened themselves) or, failing that, in an `Origin`
+/// other than `public_base` (or, without one, than the request's `Host`).
+/// A request with neither header is not a browser's and is not refused.
+pub fn posted_from_another_site(headers: &HeaderMap, public_base: Option<&str>) -> bool {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(site) = headers.get("sec-fetch-site") {
+        return !matches!(site.to_str(), Ok("same-origin" | "none"));
+    }
+    let Some(origin) = headers.get("origin") else {
+        return false;
+    };
+    let Ok(origin) = origin.to_str() else {
+        return true;
+    };
+    let ours = match public_base {
+        Some(base) => url::Url::parse(base).ok().map(|u| u.origin().ascii_serialization()),
+        None => text("host").map(|h| format!("http://{h}")),
+    };
+    ours.is_none_or(|ours| !origin.eq_ignore_ascii_case(&ours))
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::posted_from_another_site;
+    use axum::http::{HeaderMap, HeaderValue};
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    #[test]
+    fn a_sign_in_posted_from_another_site_is_told_apart() {
+        let base = Some("https://oncegate.example.com");
+        for (pairs, base, cross) in [
+            (&[("sec-fetch-site", "same-origin")][..], base, false),
+            (&[("sec-fetch-site", "none")][..], base, false),
+            (&[("sec-fetch-site", "cross-site")][..], base, true),
+            (&[("sec-fetch-site", "same-site")][..], base, true),
+            (&[("origin", "https://oncegate.example.com")][..], base, false),
+            (&[("origin", "https://evil.example")][..], base, true),
+            (&[("origin", "null")][..], base, true),
+            (&[("origin", "http://127.0.0.1:8080"), ("host", "127.0.0.1:8080")][..], None, false),
+            (&[("origin", "http://evil.example"), ("host", "127.0.0.1:8080")][..], None, true),
+            (&[][..], base, false),
+        ] {
+            assert_eq!(posted_from_another_site(&headers(pairs), base), cross, "{pairs:?}");
+        }
+    }
+}

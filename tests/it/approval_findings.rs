@@ -136,4 +136,27 @@ on_both_backends!(
     card_shows_every_effect_field_and_binds_them,
     exception_rules_judge_the_effects,
     identities_compare_normalised,
+    a_sign_in_form_posted_from_another_site_signs_nobody_in,
 );
+
+/// L2: a page on another site cannot sign the victim in as the attacker.
+async fn a_sign_in_form_posted_from_another_site_signs_nobody_in(backend: Backend) {
+    let (app, _target, people) = gated_app(backend, 0.0, 3600).await;
+    let form = [("token", people.bob.as_str()), ("next", "/approvals")];
+    for (header, value) in [("sec-fetch-site", "cross-site"), ("origin", "https://evil.example")] {
+        let resp = Browser::anonymous(&app)
+            .with_header(header, value)
+            .post_form("/login", &form)
+            .await;
+        assert_eq!(resp.status(), 403, "{header}: {value}");
+        assert!(resp.headers().get("set-cookie").is_none(), "no session for {header}");
+    }
+    let own = app.base.clone();
+    let resp = Browser::anonymous(&app)
+        .with_header("origin", &own)
+        .post_form("/login", &form)
+        .await;
+    assert_eq!(resp.status(), 303, "the sign-in page's own form");
+    assert!(resp.headers().get("set-cookie").is_some());
+    app.stop().await;
+}
