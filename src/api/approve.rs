@@ -330,7 +330,11 @@ mod tests {
 
     #[test]
     fn next_stays_on_this_origin() {
-        for local in ["/approvals", "/ui/dead-letters?class=permanent", "/approve/abc"] {
+        for local in [
+            "/approvals",
+            "/ui/dead-letters?class=permanent",
+            "/approve/abc",
+        ] {
             assert_eq!(safe_next(Some(local)), local);
         }
         for away in [

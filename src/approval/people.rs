@@ -201,12 +201,13 @@ pub fn posted_from_another_site(headers: &HeaderMap, public_base: Option<&str>) 
         return true;
     };
     let ours = match public_base {
-        Some(base) => url::Url::parse(base).ok().map(|u| u.origin().ascii_serialization()),
+        Some(base) => url::Url::parse(base)
+            .ok()
+            .map(|u| u.origin().ascii_serialization()),
         None => text("host").map(|h| format!("http://{h}")),
     };
     ours.is_none_or(|ours| !origin.eq_ignore_ascii_case(&ours))
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -229,14 +230,36 @@ mod tests {
             (&[("sec-fetch-site", "none")][..], base, false),
             (&[("sec-fetch-site", "cross-site")][..], base, true),
             (&[("sec-fetch-site", "same-site")][..], base, true),
-            (&[("origin", "https://oncegate.example.com")][..], base, false),
+            (
+                &[("origin", "https://oncegate.example.com")][..],
+                base,
+                false,
+            ),
             (&[("origin", "https://evil.example")][..], base, true),
             (&[("origin", "null")][..], base, true),
-            (&[("origin", "http://127.0.0.1:8080"), ("host", "127.0.0.1:8080")][..], None, false),
-            (&[("origin", "http://evil.example"), ("host", "127.0.0.1:8080")][..], None, true),
+            (
+                &[
+                    ("origin", "http://127.0.0.1:8080"),
+                    ("host", "127.0.0.1:8080"),
+                ][..],
+                None,
+                false,
+            ),
+            (
+                &[
+                    ("origin", "http://evil.example"),
+                    ("host", "127.0.0.1:8080"),
+                ][..],
+                None,
+                true,
+            ),
             (&[][..], base, false),
         ] {
-            assert_eq!(posted_from_another_site(&headers(pairs), base), cross, "{pairs:?}");
+            assert_eq!(
+                posted_from_another_site(&headers(pairs), base),
+                cross,
+                "{pairs:?}"
+            );
         }
     }
 }

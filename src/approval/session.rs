@@ -93,7 +93,10 @@ impl ApprovalsConfig {
         // replacing, a second value (or a joined `a, b`) may be the client's.
         let subject = only_value(headers, header)?.trim();
         if subject.is_empty() || subject.len() > 255 || subject.contains(',') {
-            tracing::warn!(header, "single sign-on header refused: empty, too long, or several values");
+            tracing::warn!(
+                header,
+                "single sign-on header refused: empty, too long, or several values"
+            );
             return None;
         }
         let roles = match self.sso_roles_header.as_deref() {
@@ -114,7 +117,10 @@ fn only_value<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     let mut values = headers.get_all(name).iter();
     let value = values.next()?.to_str().ok()?;
     if values.next().is_some() {
-        tracing::warn!(header = name, "single sign-on header sent more than once; refused");
+        tracing::warn!(
+            header = name,
+            "single sign-on header sent more than once; refused"
+        );
         return None;
     }
     Some(value)
@@ -235,7 +241,10 @@ mod tests {
         twice.append("x-forwarded-user", HeaderValue::from_static("mallory"));
         assert_eq!(config.sso_user(Some(trusted), &twice), None);
         let mut joined = headers.clone();
-        joined.insert("x-forwarded-user", HeaderValue::from_static("mallory, alice"));
+        joined.insert(
+            "x-forwarded-user",
+            HeaderValue::from_static("mallory, alice"),
+        );
         assert_eq!(config.sso_user(Some(trusted), &joined), None);
         let mut roles_twice = headers.clone();
         roles_twice.append("x-forwarded-groups", HeaderValue::from_static("admin"));

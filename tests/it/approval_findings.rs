@@ -143,13 +143,19 @@ on_both_backends!(
 async fn a_sign_in_form_posted_from_another_site_signs_nobody_in(backend: Backend) {
     let (app, _target, people) = gated_app(backend, 0.0, 3600).await;
     let form = [("token", people.bob.as_str()), ("next", "/approvals")];
-    for (header, value) in [("sec-fetch-site", "cross-site"), ("origin", "https://evil.example")] {
+    for (header, value) in [
+        ("sec-fetch-site", "cross-site"),
+        ("origin", "https://evil.example"),
+    ] {
         let resp = Browser::anonymous(&app)
             .with_header(header, value)
             .post_form("/login", &form)
             .await;
         assert_eq!(resp.status(), 403, "{header}: {value}");
-        assert!(resp.headers().get("set-cookie").is_none(), "no session for {header}");
+        assert!(
+            resp.headers().get("set-cookie").is_none(),
+            "no session for {header}"
+        );
     }
     let own = app.base.clone();
     let resp = Browser::anonymous(&app)

@@ -56,7 +56,11 @@ async fn a_session_ends_when_its_token_is_removed(backend: Backend) {
 
     // The same token again: the session survives a restart.
     let server = Server::start(&config, dir.path(), &[]);
-    assert_eq!(page(server.base.clone()).await, 200, "same token, same session");
+    assert_eq!(
+        page(server.base.clone()).await,
+        200,
+        "same token, same session"
+    );
     assert!(server.stop().success());
 
     // The token removed: the cookie no longer signs anyone in, and the
