@@ -66,15 +66,8 @@ pub async fn dispatch_until(app: &TestApp, key: &str, state: &str) {
 }
 
 pub async fn get(app: &TestApp, path: &str, token: &str) -> (u16, Value) {
-    let resp = app
-        .client
-        .get(format!("{}{path}", app.base))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
+    let req = app.client.get(format!("{}{path}", app.base));
+    crate::harness::answer(req.bearer_auth(token)).await
 }
 
 /// The only open dead letter of `namespace/key`.
@@ -209,15 +202,8 @@ async fn dispatcher_causes_leave_records_with_evidence(backend: Backend) {
 }
 
 async fn deliver(app: &TestApp, body: &Value) -> (u16, Value) {
-    let resp = app
-        .client
-        .post(format!("{}/hooks/shop", app.base))
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
+    let req = app.client.post(format!("{}/hooks/shop", app.base));
+    crate::harness::answer(req.json(body)).await
 }
 
 async fn quarantined_delivery_is_recorded_and_replaced_under_a_new_key(backend: Backend) {

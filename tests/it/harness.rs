@@ -425,10 +425,7 @@ impl TestApp {
         if let Some(token) = token {
             req = req.bearer_auth(token);
         }
-        let resp = req.send().await.unwrap();
-        let status = resp.status().as_u16();
-        let body = resp.json().await.unwrap_or(Value::Null);
-        (status, body)
+        answer(req).await
     }
 
     pub async fn claim(&self, body: Value) -> (u16, Value) {
@@ -436,16 +433,12 @@ impl TestApp {
     }
 
     pub async fn get_run(&self, namespace: &str, key: &str) -> (u16, Value) {
-        let resp = self
+        let req = self
             .client
             .get(format!("{}/v1/runs", self.base))
             .query(&[("namespace", namespace), ("key", key)])
-            .bearer_auth(&self.workflow)
-            .send()
-            .await
-            .unwrap();
-        let status = resp.status().as_u16();
-        (status, resp.json().await.unwrap_or(Value::Null))
+            .bearer_auth(&self.workflow);
+        answer(req).await
     }
 
     pub async fn stop(mut self) {
@@ -562,4 +555,11 @@ pub fn dispatcher_for(s: &oncegate::state::AppState) -> oncegate::outbox::Dispat
         s.kill_switch.clone(),
     )
     .unwrap()
+}
+
+/// Sends `req`: its status and its JSON body (`null` when it has none).
+pub async fn answer(req: reqwest::RequestBuilder) -> (u16, Value) {
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
 }

@@ -82,9 +82,7 @@ pub async fn deliver(
     for (name, value) in headers {
         req = req.header(*name, value);
     }
-    let resp = req.send().await.unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
+    crate::harness::answer(req).await
 }
 
 async fn deliver_stripe(app: &TestApp, source: &str, body: &[u8]) -> (u16, Value) {

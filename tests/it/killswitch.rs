@@ -11,7 +11,7 @@ use oncegate::config::Scope;
 use oncegate::outbox::KillSwitch;
 use serde_json::{json, Value};
 
-use crate::harness::{eventually, on_both_backends, token, Backend, TestDb};
+use crate::harness::{answer, eventually, on_both_backends, token, Backend, TestDb};
 use crate::process::{write_config_with, Server};
 use crate::target::MockTarget;
 
@@ -44,15 +44,7 @@ async fn an_unreadable_switch_counts_as_disabled(backend: Backend) {
 }
 
 async fn send(client: &reqwest::Client, url: String, token: &str, body: &Value) -> (u16, Value) {
-    let resp = client
-        .post(url)
-        .bearer_auth(token)
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
+    answer(client.post(url).bearer_auth(token).json(body)).await
 }
 
 #[tokio::test]

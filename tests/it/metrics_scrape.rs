@@ -8,7 +8,7 @@ use std::time::Duration;
 use oncegate::config::Scope;
 use serde_json::{json, Value};
 
-use crate::harness::{eventually, token};
+use crate::harness::{answer, eventually, token};
 use crate::ingress::{stripe_event, stripe_signature, SECRET};
 use crate::process::{write_config_with, Server};
 use crate::target::{Behaviour, MockTarget};
@@ -45,16 +45,8 @@ struct Peer {
 
 impl Peer {
     async fn post(&self, path: &str, token: &str, body: &Value) -> (u16, Value) {
-        let resp = self
-            .client
-            .post(format!("{}{path}", self.base))
-            .bearer_auth(token)
-            .json(body)
-            .send()
-            .await
-            .unwrap();
-        let status = resp.status().as_u16();
-        (status, resp.json().await.unwrap_or(Value::Null))
+        let req = self.client.post(format!("{}{path}", self.base));
+        answer(req.bearer_auth(token).json(body)).await
     }
 
     async fn claim(&self, token: &str, ns: &str, key: &str, payload: i64, lease_ms: i64) -> Value {
