@@ -73,7 +73,16 @@ pub async fn build_state(
         }
         stored
     } else {
-        // Once tokens are configured, the first-start token stops working.
+        // Once tokens are configured, the first-start token is deleted: if
+        // `[[tokens]]` is emptied later, a new one is made and shown, and
+        // the old one (perhaps still in a shell history) never works again.
+        let retired = store.delete_stored_tokens().await?;
+        if retired > 0 {
+            tracing::warn!(
+                retired,
+                "[[tokens]] is configured: the first-start admin token is deleted"
+            );
+        }
         Vec::new()
     };
     let auth = Authenticator::new(&config.tokens, &stored);

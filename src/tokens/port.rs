@@ -31,4 +31,10 @@ pub trait TokenStore: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// On database failure.
     async fn insert_token(&self, token: &StoredToken) -> Result<()>;
+
+    /// Deletes every stored token; returns how many there were.
+    ///
+    /// # Errors
+    /// On database failure.
+    async fn delete_stored_tokens(&self) -> Result<u64>;
 }

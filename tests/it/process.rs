@@ -402,6 +402,42 @@ async fn first_start_creates_one_admin_token_and_shows_it_once() {
         !stdout.contains("og_"),
         "the token is shown only once: {stdout}"
     );
+
+    // Tokens configured: the first-start token is deleted, and emptying
+    // `[[tokens]]` again makes a new one instead of reviving it.
+    let status_of = |base: String, token: String| {
+        let client = client.clone();
+        async move {
+            let body = json!({ "namespace": "stripe", "key": "evt_2", "payload": {} });
+            let req = client.post(format!("{base}/v1/claims")).bearer_auth(token);
+            crate::harness::answer(req.json(&body)).await.0
+        }
+    };
+    let (_, entry) = crate::harness::token("n8n", &[Scope::Workflow]);
+    let configured = dir.path().join("configured.toml");
+    let tokens = format!(
+        "[[tokens]]\nsubject = \"n8n\"\ndigest = \"{}\"\nscopes = [\"workflow\"]\n",
+        entry.digest
+    );
+    std::fs::write(&configured, tokens).unwrap();
+    let server = Server::start(&configured, dir.path(), &[]);
+    assert_eq!(status_of(server.base.clone(), token.clone()).await, 401);
+    assert!(server.stop().success());
+    let server = Server::start(&config, dir.path(), &[]);
+    let fresh = server
+        .stdout_with("og_")
+        .split_whitespace()
+        .find(|w| w.starts_with("og_"))
+        .unwrap()
+        .to_owned();
+    assert_ne!(fresh, token, "a new first-start token");
+    assert_eq!(
+        status_of(server.base.clone(), token.clone()).await,
+        401,
+        "the old one stays dead"
+    );
+    assert_eq!(status_of(server.base.clone(), fresh).await, 200);
+    assert!(server.stop().success());
 }
 
 #[test]

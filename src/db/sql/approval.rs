@@ -35,8 +35,10 @@ pub struct ApprovalStatements {
     pub tokens: String,
     /// Stores a token digest. Binds: digest, subject, scopes, roles, created_at.
     pub insert_token: String,
+    /// Deletes every stored token (the first-start token, once `[[tokens]]` is configured).
+    pub delete_tokens: String,
     /// Stores a session. Binds: id_hash, subject, scopes, roles,
-    /// auth_method, created_at, expires_at.
+    /// auth_method, created_at, expires_at, credential.
     pub insert_session: String,
     /// An unexpired session. Binds: now, id_hash.
     pub session: String,
@@ -92,6 +94,7 @@ impl ApprovalStatements {
 
             tokens: "SELECT digest, subject, scopes, roles FROM api_tokens ORDER BY created_at"
                 .into(),
+            delete_tokens: "DELETE FROM api_tokens".into(),
             insert_token: "INSERT INTO api_tokens (digest, subject, scopes, roles, created_at) \
                  VALUES ($1, $2, $3, $4, $5) ON CONFLICT (digest) DO NOTHING"
                 .into(),

@@ -95,4 +95,14 @@ impl<B: Backend> TokenStore for Db<B> {
         })
         .await
     }
+
+    async fn delete_stored_tokens(&self) -> Result<u64> {
+        self.commit(move |tx| {
+            Box::pin(async move {
+                let st = tx.st;
+                tx.execute(&st.approval.delete_tokens, Args::new()).await
+            })
+        })
+        .await
+    }
 }
