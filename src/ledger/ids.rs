@@ -147,9 +147,20 @@ impl PayloadHash {
     /// and insignificant white space do not change it.
     ///
     /// # Errors
-    /// [`InvalidId`] when the value cannot be canonicalised (a number outside
-    /// the range RFC 8785 allows).
+    /// [`InvalidId`] when the value cannot be canonicalised: a number
+    /// outside the range RFC 8785 allows, or an integer beyond ±2^53, which
+    /// RFC 8785's IEEE 754 doubles cannot tell from its neighbours (two
+    /// payloads differing only in it would hash the same).
     pub fn of_json(value: &serde_json::Value) -> Result<Self, InvalidId> {
+        if let Some(path) = inexact_integer(value, &mut String::new()) {
+            return Err(InvalidId::new(
+                "payload",
+                format!(
+                    "the integer at {path} is beyond 2^53 and cannot be hashed exactly \
+                     (RFC 8785 numbers are IEEE 754 doubles); send it as a string"
+                ),
+            ));
+        }
         let canonical = serde_json_canonicalizer::to_vec(value)
             .map_err(|e| InvalidId::new("payload", format!("cannot be canonicalised: {e}")))?;
         Ok(Self::of_bytes(&canonical))
@@ -158,6 +169,45 @@ impl PayloadHash {
     /// The value as text.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+/// The JSON Pointer of the first integer in `value` that an IEEE 754 double
+/// cannot hold exactly (beyond ±2^53), if any.
+fn inexact_integer(value: &serde_json::Value, path: &mut String) -> Option<String> {
+    use serde_json::Value;
+    const EXACT: u64 = 1 << 53;
+    match value {
+        Value::Number(n) => {
+            let beyond = match (n.as_u64(), n.as_i64()) {
+                (Some(u), _) => u > EXACT,
+                (None, Some(i)) => i.unsigned_abs() > EXACT,
+                (None, None) => false,
+            };
+            beyond.then(|| {
+                if path.is_empty() {
+                    "/".into()
+                } else {
+                    path.clone()
+                }
+            })
+        }
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, item)| {
+            let len = path.len();
+            path.push_str(&format!("/{i}"));
+            let found = inexact_integer(item, path);
+            path.truncate(len);
+            found
+        }),
+        Value::Object(fields) => fields.iter().find_map(|(k, item)| {
+            let len = path.len();
+            path.push('/');
+            path.push_str(&k.replace('~', "~0").replace('/', "~1"));
+            let found = inexact_integer(item, path);
+            path.truncate(len);
+            found
+        }),
+        _ => None,
     }
 }
 
@@ -176,6 +226,20 @@ impl<'de> Deserialize<'de> for PayloadHash {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn integers_beyond_two_to_the_53_are_refused_not_hashed_alike() {
+        let exact = serde_json::json!({ "amount": 9_007_199_254_740_992_u64, "n": -9_007_199_254_740_992_i64 });
+        assert!(PayloadHash::of_json(&exact).is_ok(), "2^53 itself is exact");
+        let a = serde_json::json!({ "order": { "ids": [1, 9_007_199_254_740_993_u64] } });
+        let err = PayloadHash::of_json(&a).unwrap_err();
+        assert!(err.problem.contains("/order/ids/1"), "{}", err.problem);
+        assert!(err.problem.contains("as a string"), "{}", err.problem);
+        let negative = serde_json::json!({ "a/b": -9_007_199_254_740_993_i64 });
+        let err = PayloadHash::of_json(&negative).unwrap_err();
+        assert!(err.problem.contains("/a~1b"), "{}", err.problem);
+        assert!(PayloadHash::of_json(&serde_json::json!(1.5e300)).is_ok());
+    }
 
     #[test]
     fn keys_accept_url_special_characters() {

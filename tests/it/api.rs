@@ -250,6 +250,13 @@ async fn bad_input_is_refused_and_writes_nothing(backend: Backend) {
             field: None,
         },
         Bad {
+            what: "an integer beyond 2^53 in the payload",
+            token: Some("wf"),
+            body: json!({ "namespace": "stripe", "key": "k", "payload": { "id": 9_007_199_254_740_993_u64 } }),
+            status: 400,
+            field: Some("payload"),
+        },
+        Bad {
             what: "missing payload",
             token: Some("wf"),
             body: json!({ "namespace": "stripe", "key": "k" }),
