@@ -81,7 +81,92 @@ async fn three_dispatchers_on_one_postgres_send_each_effect_once() {
 crate::harness::on_both_backends!(
     killed_between_send_and_record_is_never_resent_blindly,
     killed_between_send_and_record_resends_the_same_key_where_honoured,
+    killed_during_a_backoff_sends_on_schedule_with_the_same_key_and_budget,
 );
+
+/// A target that answers 429 twice, then 200; the process is killed (-9)
+/// while the effect waits for its first retry. The restarted process sends
+/// it no earlier than the stored schedule, under the same key, counting on
+/// from the attempts already made.
+async fn killed_during_a_backoff_sends_on_schedule_with_the_same_key_and_budget(backend: Backend) {
+    let mock = MockTarget::start().await;
+    // The first 429 asks for 3 s, so the kill lands inside the backoff
+    // whatever the jitter; the second is an ordinary backoff.
+    let wait = Behaviour::RespondNoCommit {
+        status: 429,
+        headers: vec![("retry-after".into(), "3".into())],
+        body: "{}".into(),
+    };
+    mock.on_path_seq(
+        "/send",
+        vec![wait, Behaviour::no_commit(429), Behaviour::status(200)],
+    );
+    let db = TestDb::new(backend).await;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "[dispatcher]\nidle_poll_ms = 100\n\n\
+         [[targets]]\nname = \"slow\"\nbase_url = \"{}\"\ntimeout_ms = 1500\n\
+         retry = {{ max_attempts = 3, base_ms = 200, cap_ms = 5000 }}\n\n\
+         [[operations]]\nname = \"send_email\"\ngate = \"none\"\n",
+        mock.base_url()
+    );
+    let (config_path, _) = write_config_with(dir.path(), &db.url, &toml);
+    let store = db.store(Arc::new(SystemClock), true).await;
+    let server = Server::start(&config_path, dir.path(), &[]);
+    queue(&store, "b1", "slow", mock.url("/send")).await;
+    eventually(
+        "the first retry is scheduled",
+        Duration::from_secs(15),
+        || async {
+            (db.count(
+                "SELECT COUNT(*) FROM effects WHERE state = 'pending' AND attempts = 1 \
+                   AND next_attempt_at IS NOT NULL",
+            )
+            .await
+                == 1)
+                .then_some(())
+        },
+    )
+    .await;
+    server.kill9();
+    assert_eq!(mock.requests().len(), 1, "killed before the retry went out");
+    let scheduled = db.count("SELECT next_attempt_at FROM effects").await;
+    let first = db
+        .count("SELECT finished_at FROM effect_attempts WHERE attempt = 1")
+        .await;
+    assert!(
+        scheduled >= first + 2_500,
+        "Retry-After honoured: {first} -> {scheduled}"
+    );
+
+    let server = Server::start(&config_path, dir.path(), &[]);
+    eventually("the effect completes", Duration::from_secs(30), || async {
+        (db.count("SELECT COUNT(*) FROM effects WHERE state = 'completed'")
+            .await
+            == 1)
+            .then_some(())
+    })
+    .await;
+    assert!(server.stop().success());
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 3, "two 429s and the 200, nothing more");
+    assert!(requests
+        .iter()
+        .all(|r| r.header("idempotency-key") == Some("crm:b1:send_email")));
+    assert_eq!(
+        db.count("SELECT attempts FROM effects").await,
+        3,
+        "the budget counts on across the restart"
+    );
+    let second = db
+        .count("SELECT started_at FROM effect_attempts WHERE attempt = 2")
+        .await;
+    assert!(
+        second >= scheduled,
+        "the retry waited for its schedule ({second} < {scheduled})"
+    );
+    store.close().await;
+}
 
 /// Sends one effect from a process, kills it (-9) while the target holds
 /// the answer, restarts, and waits until the run settles.
