@@ -218,6 +218,7 @@ impl Config {
         for (i, target) in config.targets.iter_mut().enumerate() {
             target.resolve_env_secrets(&format!("targets[{i}]"), |var| env.get(var).cloned())?;
         }
+        config.server.normalise_public_base();
         config.validate()?;
         Ok(config)
     }

@@ -57,13 +57,7 @@ impl ServerConfig {
     /// `http://<listen>` when the service listens on loopback.
     pub fn public_base(&self) -> Option<String> {
         match &self.public_base_url {
-            // Normalised (scheme and host lower-cased), so `HTTPS://` is https.
-            Some(url) => Some(
-                url::Url::parse(url)
-                    .map_or_else(|_| url.clone(), String::from)
-                    .trim_end_matches('/')
-                    .to_owned(),
-            ),
+            Some(url) => Some(url.trim_end_matches('/').to_owned()),
             None if self.listen.ip().is_loopback() => Some(format!("http://{}", self.listen)),
             None => None,
         }
@@ -71,10 +65,20 @@ impl ServerConfig {
 
     /// Whether the public base is https: cookies are then `Secure`.
     pub fn is_https(&self) -> bool {
-        self.public_base_url.is_some()
-            && self
-                .public_base()
-                .is_some_and(|base| base.starts_with("https://"))
+        self.public_base_url
+            .as_deref()
+            .is_some_and(|base| base.starts_with("https://"))
+    }
+
+    /// Writes the public base in its normal form (scheme and host
+    /// lower-cased), once at load, so `HTTPS://` reads as https everywhere.
+    /// A base that does not parse is left for [`Self::validate`] to refuse.
+    pub(crate) fn normalise_public_base(&mut self) {
+        if let Some(base) = self.public_base_url.as_mut() {
+            if let Ok(url) = url::Url::parse(base) {
+                *base = String::from(url);
+            }
+        }
     }
 
     /// Checks the limits and the public address.
