@@ -86,7 +86,7 @@ pub(super) async fn output(
         key: body.key,
         lease: body.lease,
     }
-    .into_call(&caller.subject)?;
+    .into_call(&app, &caller)?;
     for (field, value) in [
         ("model.provider_class", &body.model.provider_class),
         ("model.model", &body.model.model),
@@ -168,7 +168,7 @@ pub(super) async fn gate(
         key: body.key,
         lease: body.lease,
     }
-    .into_call(&caller.subject)?;
+    .into_call(&app, &caller)?;
     let summary = optional_text("summary", body.summary, 500)?;
     let effects = parse_effects(body.effects, &app, &call, Route::Gate)?;
     let request = GateRequest {

@@ -11,11 +11,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
+use super::access::{self, Access};
 use super::error::{ApiError, Result};
 use super::{auth, ApiJson, Caller};
 use crate::clock::to_datetime;
 use crate::ledger::{IdempotencyKey, Lease, Moved, Namespace, OwnerCall, OwnerMove, Run, RunState};
 use crate::state::AppState;
+use crate::tokens::Principal;
 
 pub(super) fn router(state: AppState) -> Router<AppState> {
     let owner = Router::new()
@@ -50,16 +52,19 @@ impl RunRef {
     /// identity is a 400 naming what is wrong.
     ///
     /// # Errors
-    /// [`ApiError::Invalid`].
+    /// [`ApiError::Invalid`]; [`ApiError::NamespaceRefused`] when
+    /// `caller`'s namespaces do not reach the run's.
     pub(super) fn parse(
         query: std::result::Result<Query<RunRef>, axum::extract::rejection::QueryRejection>,
+        app: &AppState,
+        caller: &Principal,
     ) -> Result<(Namespace, IdempotencyKey)> {
         let Query(q) = query.map_err(|e| ApiError::Invalid {
             field: None,
             detail: e.body_text(),
         })?;
         Ok((
-            Namespace::parse(q.namespace)?,
+            access::namespace(app, caller, q.namespace, Access::Read)?,
             IdempotencyKey::parse(q.key)?,
         ))
     }
@@ -101,12 +106,12 @@ pub(super) struct OwnerFields {
 
 impl OwnerFields {
     /// The parsed call; also records the run into the request's span.
-    pub(super) fn into_call(self, actor: &str) -> Result<OwnerCall> {
+    pub(super) fn into_call(self, app: &AppState, caller: &Principal) -> Result<OwnerCall> {
         let call = OwnerCall {
-            namespace: Namespace::parse(self.namespace)?,
+            namespace: access::namespace(app, caller, self.namespace, Access::Act)?,
             key: IdempotencyKey::parse(self.key)?,
             lease: Lease::decode(&self.lease)?,
-            actor: actor.to_owned(),
+            actor: caller.subject.clone(),
         };
         super::telemetry::record_run(
             call.namespace.as_str(),
@@ -216,7 +221,7 @@ pub(super) async fn renew(
         key: body.key,
         lease: body.lease,
     };
-    let call = fields.into_call(&caller.subject)?;
+    let call = fields.into_call(&app, &caller)?;
     Ok(Json(ledger.renew(&call, lease).await?.into()))
 }
 
@@ -238,7 +243,7 @@ pub(super) async fn complete(
         key: body.key,
         lease: body.lease,
     };
-    let call = fields.into_call(&caller.subject)?;
+    let call = fields.into_call(&app, &caller)?;
     let complete = OwnerMove::Complete {
         result: body.result,
     };
@@ -275,7 +280,7 @@ pub(super) async fn fail(
         key: body.key,
         lease: body.lease,
     };
-    let call = fields.into_call(&caller.subject)?;
+    let call = fields.into_call(&app, &caller)?;
     Ok(Json(app.ledger().finish(&call, &mv).await?.into()))
 }
 
@@ -366,9 +371,10 @@ impl From<Run> for RunView {
     ))]
 pub(super) async fn get_run(
     State(app): State<AppState>,
+    caller: Caller,
     query: std::result::Result<Query<RunRef>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<RunView>> {
-    let (namespace, key) = RunRef::parse(query)?;
+    let (namespace, key) = RunRef::parse(query, &app, &caller)?;
     let run = app.ledger().run(&namespace, &key).await?.ok_or_else(|| {
         ApiError::NotFound(format!("no run with key {key} in namespace {namespace}"))
     })?;

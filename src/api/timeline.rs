@@ -34,9 +34,10 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
     ))]
 pub(super) async fn timeline(
     State(app): State<AppState>,
+    caller: super::Caller,
     query: std::result::Result<Query<RunRef>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Timeline>> {
-    let (namespace, key) = RunRef::parse(query)?;
+    let (namespace, key) = RunRef::parse(query, &app, &caller)?;
     crate::audit::timeline::load(app.store.as_ref(), &namespace, &key)
         .await?
         .map(Json)
