@@ -129,6 +129,7 @@ pub struct CommitResponse {
     responses(
         (status = 200, description = "Committed", body = CommitResponse),
         (status = 400, description = "Bad effect: undeclared operation, unknown target, URL outside the allow-list, credential header; nothing stored", body = super::Problem),
+        (status = 403, description = "The run's namespace is outside the token's namespaces, or belongs to a webhook source", body = super::Problem),
         (status = 409, description = "The lease lost the run, or the operation is gated", body = super::Problem),
     ))]
 pub(super) async fn commit(
@@ -237,7 +238,10 @@ impl From<Effect> for EffectView {
 /// A run's effects with their attempts.
 #[utoipa::path(get, path = "/v1/runs/effects", tag = "outbox", params(RunRef),
     security(("bearer" = [])),
-    responses((status = 200, description = "The run's effects", body = [EffectView])))]
+    responses(
+        (status = 200, description = "The run's effects", body = [EffectView]),
+        (status = 403, description = "The run's namespace is outside the token's namespaces", body = super::Problem),
+    ))]
 pub(super) async fn list(
     State(app): State<AppState>,
     caller: Caller,

@@ -207,6 +207,7 @@ impl From<Moved> for MoveResponse {
     responses(
         (status = 200, description = "Renewed; present the new lease next", body = MoveResponse),
         (status = 400, description = "Malformed request", body = super::Problem),
+        (status = 403, description = "The run's namespace is outside the token's namespaces, or belongs to a webhook source", body = super::Problem),
         (status = 409, description = "The lease lost the run; do not act", body = super::Problem),
     ))]
 pub(super) async fn renew(
@@ -231,6 +232,7 @@ pub(super) async fn renew(
     responses(
         (status = 200, description = "Completed", body = MoveResponse),
         (status = 400, description = "Malformed request", body = super::Problem),
+        (status = 403, description = "The run's namespace is outside the token's namespaces, or belongs to a webhook source", body = super::Problem),
         (status = 409, description = "The lease lost the run", body = super::Problem),
     ))]
 pub(super) async fn complete(
@@ -256,6 +258,7 @@ pub(super) async fn complete(
     responses(
         (status = 200, description = "Failed", body = MoveResponse),
         (status = 400, description = "Malformed request", body = super::Problem),
+        (status = 403, description = "The run's namespace is outside the token's namespaces, or belongs to a webhook source", body = super::Problem),
         (status = 409, description = "The lease lost the run", body = super::Problem),
     ))]
 pub(super) async fn fail(
@@ -367,6 +370,7 @@ impl From<Run> for RunView {
     responses(
         (status = 200, description = "The run", body = RunView),
         (status = 400, description = "Malformed namespace or key", body = super::Problem),
+        (status = 403, description = "The run's namespace is outside the token's namespaces", body = super::Problem),
         (status = 404, description = "No such run", body = super::Problem),
     ))]
 pub(super) async fn get_run(
