@@ -66,6 +66,8 @@ pub struct Shared {
     /// the dispatcher's wake-up), built once and shared by the API, the
     /// console and the bulk replay runner.
     pub replay: ReplayContext,
+    /// Keys `approve_by_exception`'s human sample (a server secret).
+    pub server_key: crate::approval::server_key::ServerKey,
 }
 
 impl Shared {
@@ -125,6 +127,7 @@ impl Shared {
             metrics: &self.metrics,
             clock: self.clock.as_ref(),
             wake: &self.wake,
+            sample: &self.server_key,
         }
     }
 
@@ -137,6 +140,7 @@ impl Shared {
             auth: &self.auth,
             clock: self.clock.as_ref(),
             secure,
+            server_key: &self.server_key,
         }
     }
 

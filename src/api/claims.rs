@@ -10,16 +10,18 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::access::{self, Access};
 use super::error::{ApiError, Result};
 use super::runs::{optional_text, RunRef};
 use super::telemetry::{record_run, CorrelationId};
 use super::{auth, ApiJson, Caller};
 use crate::clock::to_datetime;
 use crate::ledger::{
-    BusinessKey, ClaimOutcome, ClaimRequest, IdempotencyKey, Namespace, PayloadHash, Run,
-    RunMetadata, RunState,
+    BusinessKey, ClaimOutcome, ClaimRequest, IdempotencyKey, PayloadHash, Run, RunMetadata,
+    RunState,
 };
 use crate::state::AppState;
+use crate::tokens::Principal;
 
 pub(super) fn router(state: AppState) -> Router<AppState> {
     Router::new()
@@ -127,7 +129,7 @@ impl ClaimBody {
     /// The claim; a body without `correlation_id` takes the request's.
     fn into_request(
         mut self,
-        subject: &str,
+        caller: &Principal,
         app: &AppState,
         correlation: Option<CorrelationId>,
     ) -> Result<ClaimRequest> {
@@ -149,7 +151,7 @@ impl ClaimBody {
         };
         let lease_ms = app.ledger().lease(self.lease_ms)?.get();
         Ok(ClaimRequest {
-            namespace: Namespace::parse(self.namespace)?,
+            namespace: access::namespace(app, caller, self.namespace, Access::Act)?,
             key: IdempotencyKey::parse(self.key)?,
             business_key: self.business_key.map(BusinessKey::parse).transpose()?,
             payload_hash,
@@ -162,7 +164,7 @@ impl ClaimBody {
                 execution_ref: optional_text("execution_ref", self.execution_ref, 255)?,
                 requested_by: optional_text("requested_by", self.requested_by, 255)?,
             },
-            claimed_by: subject.to_owned(),
+            claimed_by: caller.subject.clone(),
         })
     }
 }
@@ -174,7 +176,7 @@ impl ClaimBody {
         (status = 200, description = "Claimed, or an explicit answer why not", body = ClaimResponse),
         (status = 400, description = "Malformed request; nothing written", body = super::Problem),
         (status = 401, description = "No valid token", body = super::Problem),
-        (status = 403, description = "Token lacks the workflow scope", body = super::Problem),
+        (status = 403, description = "Token lacks the workflow scope, its namespaces do not include this one, or the namespace belongs to a webhook source", body = super::Problem),
         (status = 422, description = "Same key, different payload", body = super::Problem),
     ))]
 pub(super) async fn claim(
@@ -184,7 +186,7 @@ pub(super) async fn claim(
     ApiJson(body): ApiJson<ClaimBody>,
 ) -> Result<Response> {
     let correlation = correlation.map(|axum::Extension(c)| c);
-    let req = body.into_request(&caller.subject, &app, correlation)?;
+    let req = body.into_request(&caller, &app, correlation)?;
     record_run(req.namespace.as_str(), req.key.as_str(), None);
     let claimed = app.ledger().claim(&req).await?;
     let retry_after_header = claimed.retry_after_secs;

@@ -15,11 +15,10 @@ use super::runs::{MoveResponse, OwnerFields, RunRef};
 use super::{auth, ApiJson, Caller};
 use crate::approval::effects::check_effects;
 use crate::clock::to_datetime;
-use crate::ledger::{IdempotencyKey, Namespace, OwnerCall};
+use crate::ledger::OwnerCall;
 use crate::outbox::effect_check::EffectRequest;
 use crate::outbox::{Effect, ExternalIdAt, NewEffect, RejectRule};
 use crate::state::AppState;
-use crate::tokens::Scope;
 
 pub(super) fn router(state: AppState) -> Router<AppState> {
     let owner = Router::new()
@@ -130,6 +129,7 @@ pub struct CommitResponse {
     responses(
         (status = 200, description = "Committed", body = CommitResponse),
         (status = 400, description = "Bad effect: undeclared operation, unknown target, URL outside the allow-list, credential header; nothing stored", body = super::Problem),
+        (status = 403, description = "The run's namespace is outside the token's namespaces, or belongs to a webhook source", body = super::Problem),
         (status = 409, description = "The lease lost the run, or the operation is gated", body = super::Problem),
     ))]
 pub(super) async fn commit(
@@ -142,7 +142,7 @@ pub(super) async fn commit(
         key: body.key,
         lease: body.lease,
     };
-    let call: OwnerCall = fields.into_call(&caller.subject)?;
+    let call: OwnerCall = fields.into_call(&app, &caller)?;
     let effects = parse_effects(body.effects, &app, &call, Route::Commit)?;
     let committed = app
         .outbox()
@@ -238,13 +238,16 @@ impl From<Effect> for EffectView {
 /// A run's effects with their attempts.
 #[utoipa::path(get, path = "/v1/runs/effects", tag = "outbox", params(RunRef),
     security(("bearer" = [])),
-    responses((status = 200, description = "The run's effects", body = [EffectView])))]
+    responses(
+        (status = 200, description = "The run's effects", body = [EffectView]),
+        (status = 403, description = "The run's namespace is outside the token's namespaces", body = super::Problem),
+    ))]
 pub(super) async fn list(
     State(app): State<AppState>,
-    Query(q): Query<RunRef>,
+    caller: Caller,
+    query: std::result::Result<Query<RunRef>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<EffectView>>> {
-    let namespace = Namespace::parse(q.namespace)?;
-    let key = IdempotencyKey::parse(q.key)?;
+    let (namespace, key) = RunRef::parse(query, &app, &caller)?;
     let effects = app.outbox().effects(&namespace, &key).await?;
     Ok(Json(
         effects
@@ -271,8 +274,6 @@ pub(super) async fn cancel(
     caller: Caller,
     PathId(id): PathId,
 ) -> Result<Json<EffectView>> {
-    // A workflow token cancels only its own runs' effects; an operator any.
-    let own = (!caller.has(Scope::Operator)).then_some(caller.subject.as_str());
-    let effect = app.outbox().cancel(&id, &caller.subject, own).await?;
+    let effect = app.outbox().cancel(&id, &caller).await?;
     Ok(Json(effect.into()))
 }

@@ -44,6 +44,15 @@ pub enum ApiError {
         /// The scopes that would do, in words.
         needed: String,
     },
+    /// The run's namespace is outside the token's allow-list, or belongs
+    /// to a webhook source (403 with its own slug).
+    #[error("{detail}")]
+    NamespaceRefused {
+        /// `namespace-not-allowed` or `namespace-reserved`.
+        slug: &'static str,
+        /// Which namespace, and why.
+        detail: String,
+    },
     /// Nothing exists at that identity.
     #[error("{0}")]
     NotFound(String),
@@ -148,7 +157,7 @@ impl ApiError {
             Self::Invalid { .. } => StatusCode::BAD_REQUEST,
             Self::Unauthorized | Self::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
             Self::InFlight(_) | Self::Gated(_) => StatusCode::CONFLICT,
-            Self::Forbidden { .. } => StatusCode::FORBIDDEN,
+            Self::Forbidden { .. } | Self::NamespaceRefused { .. } => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::LostOwnership { .. } => StatusCode::CONFLICT,
             Self::PayloadConflict { .. } => StatusCode::UNPROCESSABLE_ENTITY,
@@ -171,6 +180,7 @@ impl ApiError {
             Self::InFlight(_) => "in-flight",
             Self::Gated(_) => "gated-operation",
             Self::Forbidden { .. } => "forbidden",
+            Self::NamespaceRefused { slug, .. } => slug,
             Self::NotFound(_) => "not-found",
             Self::LostOwnership { .. } => "lease-lost",
             Self::PayloadConflict { .. } => "payload-conflict",

@@ -73,6 +73,7 @@ pub struct OutputResponse {
     responses(
         (status = 200, description = "Valid and recorded", body = OutputResponse),
         (status = 400, description = "No schema for the operation, or a bad field", body = super::Problem),
+        (status = 403, description = "The run's namespace is outside the token's namespaces, or belongs to a webhook source", body = super::Problem),
         (status = 409, description = "The lease lost the run", body = super::Problem),
         (status = 422, description = "Invalid: each violation with its JSON path; past max_repairs the run is failed_terminal", body = super::Problem),
     ))]
@@ -86,7 +87,7 @@ pub(super) async fn output(
         key: body.key,
         lease: body.lease,
     }
-    .into_call(&caller.subject)?;
+    .into_call(&app, &caller)?;
     for (field, value) in [
         ("model.provider_class", &body.model.provider_class),
         ("model.model", &body.model.model),
@@ -156,6 +157,7 @@ pub struct GateResponse {
     responses(
         (status = 200, description = "Awaiting a person, or cleared by policy", body = GateResponse),
         (status = 400, description = "Bad effect, ungated or mixed operations, callback outside every target", body = super::Problem),
+        (status = 403, description = "The run's namespace is outside the token's namespaces, or belongs to a webhook source", body = super::Problem),
         (status = 409, description = "The lease lost the run, or the output is not validated", body = super::Problem),
     ))]
 pub(super) async fn gate(
@@ -168,7 +170,7 @@ pub(super) async fn gate(
         key: body.key,
         lease: body.lease,
     }
-    .into_call(&caller.subject)?;
+    .into_call(&app, &caller)?;
     let summary = optional_text("summary", body.summary, 500)?;
     let effects = parse_effects(body.effects, &app, &call, Route::Gate)?;
     let request = GateRequest {

@@ -10,13 +10,18 @@ use serde_json::json;
 use super::error::ApiError;
 use crate::state::AppState;
 
-/// `/healthz`, `/readyz` and `/metrics` (no token: probes and scrapers;
-/// `/metrics` takes one when `[server] metrics_token_digest` is set).
+/// `/healthz` and `/readyz` (no token: probes).
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+}
+
+/// `/metrics` (no token: scrapers; one when `[server]
+/// metrics_token_digest` is set), on the main listener or on
+/// `[metrics] listen`.
+pub(crate) fn metrics_router() -> Router<AppState> {
+    Router::new().route("/metrics", get(metrics))
 }
 
 /// The process is up.

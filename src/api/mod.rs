@@ -17,6 +17,7 @@ use serde::de::DeserializeOwned;
 use crate::state::AppState;
 use crate::tokens::Principal;
 
+mod access;
 mod admin;
 pub mod approvals;
 pub mod approve;

@@ -11,11 +11,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
+use super::access::{self, Access};
 use super::error::{ApiError, Result};
 use super::{auth, ApiJson, Caller};
 use crate::clock::to_datetime;
 use crate::ledger::{IdempotencyKey, Lease, Moved, Namespace, OwnerCall, OwnerMove, Run, RunState};
 use crate::state::AppState;
+use crate::tokens::Principal;
 
 pub(super) fn router(state: AppState) -> Router<AppState> {
     let owner = Router::new()
@@ -50,16 +52,19 @@ impl RunRef {
     /// identity is a 400 naming what is wrong.
     ///
     /// # Errors
-    /// [`ApiError::Invalid`].
+    /// [`ApiError::Invalid`]; [`ApiError::NamespaceRefused`] when
+    /// `caller`'s namespaces do not reach the run's.
     pub(super) fn parse(
         query: std::result::Result<Query<RunRef>, axum::extract::rejection::QueryRejection>,
+        app: &AppState,
+        caller: &Principal,
     ) -> Result<(Namespace, IdempotencyKey)> {
         let Query(q) = query.map_err(|e| ApiError::Invalid {
             field: None,
             detail: e.body_text(),
         })?;
         Ok((
-            Namespace::parse(q.namespace)?,
+            access::namespace(app, caller, q.namespace, Access::Read)?,
             IdempotencyKey::parse(q.key)?,
         ))
     }
@@ -101,12 +106,12 @@ pub(super) struct OwnerFields {
 
 impl OwnerFields {
     /// The parsed call; also records the run into the request's span.
-    pub(super) fn into_call(self, actor: &str) -> Result<OwnerCall> {
+    pub(super) fn into_call(self, app: &AppState, caller: &Principal) -> Result<OwnerCall> {
         let call = OwnerCall {
-            namespace: Namespace::parse(self.namespace)?,
+            namespace: access::namespace(app, caller, self.namespace, Access::Act)?,
             key: IdempotencyKey::parse(self.key)?,
             lease: Lease::decode(&self.lease)?,
-            actor: actor.to_owned(),
+            actor: caller.subject.clone(),
         };
         super::telemetry::record_run(
             call.namespace.as_str(),
@@ -202,6 +207,7 @@ impl From<Moved> for MoveResponse {
     responses(
         (status = 200, description = "Renewed; present the new lease next", body = MoveResponse),
         (status = 400, description = "Malformed request", body = super::Problem),
+        (status = 403, description = "The run's namespace is outside the token's namespaces, or belongs to a webhook source", body = super::Problem),
         (status = 409, description = "The lease lost the run; do not act", body = super::Problem),
     ))]
 pub(super) async fn renew(
@@ -216,7 +222,7 @@ pub(super) async fn renew(
         key: body.key,
         lease: body.lease,
     };
-    let call = fields.into_call(&caller.subject)?;
+    let call = fields.into_call(&app, &caller)?;
     Ok(Json(ledger.renew(&call, lease).await?.into()))
 }
 
@@ -226,6 +232,7 @@ pub(super) async fn renew(
     responses(
         (status = 200, description = "Completed", body = MoveResponse),
         (status = 400, description = "Malformed request", body = super::Problem),
+        (status = 403, description = "The run's namespace is outside the token's namespaces, or belongs to a webhook source", body = super::Problem),
         (status = 409, description = "The lease lost the run", body = super::Problem),
     ))]
 pub(super) async fn complete(
@@ -238,7 +245,7 @@ pub(super) async fn complete(
         key: body.key,
         lease: body.lease,
     };
-    let call = fields.into_call(&caller.subject)?;
+    let call = fields.into_call(&app, &caller)?;
     let complete = OwnerMove::Complete {
         result: body.result,
     };
@@ -251,6 +258,7 @@ pub(super) async fn complete(
     responses(
         (status = 200, description = "Failed", body = MoveResponse),
         (status = 400, description = "Malformed request", body = super::Problem),
+        (status = 403, description = "The run's namespace is outside the token's namespaces, or belongs to a webhook source", body = super::Problem),
         (status = 409, description = "The lease lost the run", body = super::Problem),
     ))]
 pub(super) async fn fail(
@@ -275,7 +283,7 @@ pub(super) async fn fail(
         key: body.key,
         lease: body.lease,
     };
-    let call = fields.into_call(&caller.subject)?;
+    let call = fields.into_call(&app, &caller)?;
     Ok(Json(app.ledger().finish(&call, &mv).await?.into()))
 }
 
@@ -362,13 +370,15 @@ impl From<Run> for RunView {
     responses(
         (status = 200, description = "The run", body = RunView),
         (status = 400, description = "Malformed namespace or key", body = super::Problem),
+        (status = 403, description = "The run's namespace is outside the token's namespaces", body = super::Problem),
         (status = 404, description = "No such run", body = super::Problem),
     ))]
 pub(super) async fn get_run(
     State(app): State<AppState>,
+    caller: Caller,
     query: std::result::Result<Query<RunRef>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<RunView>> {
-    let (namespace, key) = RunRef::parse(query)?;
+    let (namespace, key) = RunRef::parse(query, &app, &caller)?;
     let run = app.ledger().run(&namespace, &key).await?.ok_or_else(|| {
         ApiError::NotFound(format!("no run with key {key} in namespace {namespace}"))
     })?;

@@ -30,13 +30,15 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
     responses(
         (status = 200, description = "The key's timeline; `chain.ok` says whether its hash chain verifies", body = Timeline),
         (status = 400, description = "Malformed namespace or key", body = super::Problem),
+        (status = 403, description = "The run's namespace is outside the token's namespaces", body = super::Problem),
         (status = 404, description = "No run and no audit event under this key", body = super::Problem),
     ))]
 pub(super) async fn timeline(
     State(app): State<AppState>,
+    caller: super::Caller,
     query: std::result::Result<Query<RunRef>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Timeline>> {
-    let (namespace, key) = RunRef::parse(query)?;
+    let (namespace, key) = RunRef::parse(query, &app, &caller)?;
     crate::audit::timeline::load(app.store.as_ref(), &namespace, &key)
         .await?
         .map(Json)

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use tokio::sync::Notify;
 
+use crate::approval::server_key::{ServerKey, MIN_SECRET_LEN, SERVER_SECRET};
 use crate::clock::SharedClock;
-use crate::config::{Config, Scope};
+use crate::config::{Config, Scope, ServerConfig};
 use crate::db::{self as store, SharedStore, StoreOptions};
 use crate::deadletter::replay::ReplayContext;
 use crate::ingress::Sources;
@@ -97,6 +98,7 @@ pub async fn build_state(
         wake.clone(),
     );
     let metrics = Metrics::from_config(&config.metrics, declared_names(&config));
+    let server_key = server_key(&config.server, &store).await?;
     let state = AppState::new(crate::state::Shared {
         schemas: Arc::new(schemas),
         wake,
@@ -108,8 +110,27 @@ pub async fn build_state(
         config: Arc::new(config),
         clock,
         replay,
+        server_key,
     });
     Ok((state, bootstrap))
+}
+
+/// The key of `approve_by_exception`'s human sample: the secret in the
+/// variable `server.secret_env` names, or the one stored at the first
+/// start (generated then).
+async fn server_key(server: &ServerConfig, store: &SharedStore) -> Result<ServerKey> {
+    if let Some(var) = &server.secret_env {
+        let secret = std::env::var(var)
+            .with_context(|| format!("server.secret_env names {var}, which is not set"))?;
+        if secret.len() < MIN_SECRET_LEN {
+            anyhow::bail!("the server secret in {var} must be at least {MIN_SECRET_LEN} bytes");
+        }
+        return Ok(ServerKey::new(secret.as_bytes()));
+    }
+    let stored = store
+        .server_secret(SERVER_SECRET, &ServerKey::generate_secret())
+        .await?;
+    Ok(ServerKey::new(stored.as_bytes()))
 }
 
 /// The names the metrics' label bounds always admit.

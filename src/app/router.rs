@@ -32,12 +32,16 @@ pub fn router(state: AppState) -> Router {
             budget,
             super::budget::reserve,
         ));
-    let app = Router::new()
+    let mut app = Router::new()
         .merge(api::router(state.clone()))
         .merge(unauthenticated)
         .merge(crate::ui::router())
         .merge(api::health::router())
-        .merge(api::openapi::router())
+        .merge(api::openapi::router());
+    if state.config.metrics.listen.is_none() {
+        app = app.merge(api::health::metrics_router());
+    }
+    let app = app
         .layer(middleware::from_fn_with_state(state.clone(), timeout))
         .layer(RequestBodyTimeoutLayer::new(body_timeout))
         .layer(DefaultBodyLimit::max(limit))
@@ -53,6 +57,15 @@ pub fn router(state: AppState) -> Router {
 /// The headers every response carries unless its handler set its own
 /// (the pages set a stricter policy of theirs): no sniffing, no framing,
 /// no referrer, and a policy that loads nothing.
+/// The router of `[metrics] listen`: `/metrics` alone, with the request
+/// timeout and the security headers.
+pub fn metrics_router(state: AppState) -> Router {
+    let app = api::health::metrics_router()
+        .layer(middleware::from_fn_with_state(state.clone(), timeout))
+        .with_state(state);
+    security_headers(app)
+}
+
 fn security_headers(app: Router) -> Router {
     use axum::http::header::{
         CONTENT_SECURITY_POLICY, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,

@@ -42,14 +42,35 @@ pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<()> {
     if state.auth.is_empty() {
         tracing::warn!("no API token is usable; every API call will be refused");
     }
+    let metrics_listener = match state.config.metrics.listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding the metrics listener {addr}"))?,
+        ),
+        None => None,
+    };
+    let metrics_address = match &metrics_listener {
+        Some(l) => l.local_addr()?.to_string(),
+        None => "the main listener".to_owned(),
+    };
     tracing::info!(
         address = %listener.local_addr()?,
         database = store.backend_name(),
+        metrics = %metrics_address,
         "oncegate listening"
     );
     let workers = Workers::spawn(&state, &shutdown).await?;
+    let metrics = metrics_listener.map(|l| {
+        let limits = ConnectionLimits::from_config(&state.config.server);
+        let app = super::router::metrics_router(state.clone());
+        tokio::spawn(serve_connections(l, app, limits, shutdown.clone()))
+    });
     run_server(listener, state, shutdown.clone()).await?;
     shutdown.cancel();
+    if let Some(metrics) = metrics {
+        let _ = metrics.await;
+    }
     workers.drain().await;
     store.close().await;
     tracing::info!("oncegate stopped");

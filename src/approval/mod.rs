@@ -35,6 +35,7 @@ pub mod pages;
 pub mod people;
 pub mod policy;
 pub mod port;
+pub mod server_key;
 pub mod session;
 pub mod staged;
 pub mod sweeper;

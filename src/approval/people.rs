@@ -9,6 +9,7 @@ use axum::http::{HeaderMap, HeaderValue};
 use super::approver::{Approver, AuthMethod};
 use super::port::SessionStore;
 use super::secs_ms;
+use super::server_key::ServerKey;
 use super::session::{cookie_secret, set_cookie, ApprovalsConfig, StoredSession};
 use super::token::Secret;
 use crate::clock::Clock;
@@ -49,6 +50,8 @@ pub struct People<'a> {
     pub clock: &'a dyn Clock,
     /// Whether cookies are marked `Secure` (an https `public_base_url`).
     pub secure: bool,
+    /// Derives single-sign-on sessions.
+    pub server_key: &'a ServerKey,
 }
 
 /// The person behind a request and, when a session was just opened for
@@ -74,10 +77,7 @@ impl People<'_> {
                     return Ok((Some(existing), None));
                 }
             }
-            let scopes = self.config.sso_scopes.iter().map(|s| s.as_str().to_owned());
-            let (person, cookie) = self
-                .open_session(subject, scopes.collect(), roles, None)
-                .await?;
+            let (person, cookie) = self.sso_session(subject, roles).await?;
             return Ok((Some(person), Some(cookie)));
         }
         Ok((self.session_of(headers).await?, None))
@@ -88,7 +88,7 @@ impl People<'_> {
     /// # Errors
     /// The store failed.
     pub async fn session_of(&self, headers: &HeaderMap) -> Result<Option<Person>, StoreError> {
-        let Some(secret) = cookie_secret(headers) else {
+        let Some(secret) = cookie_secret(headers, self.secure) else {
             return Ok(None);
         };
         let Some(mut session) = self.store.session(&secret.digest()).await? else {
@@ -127,7 +127,7 @@ impl People<'_> {
                 p.subject.clone(),
                 scope_names(p),
                 p.roles.clone(),
-                Some(credential),
+                credential,
             )
             .await?;
         Ok(Some(opened))
@@ -141,19 +141,53 @@ impl People<'_> {
         self.store.delete_session(&person.session.id_hash).await
     }
 
+    /// The single-sign-on session of `subject` with `roles` for this
+    /// period of `session_ttl_secs`: its secret is keyed from them, so every
+    /// request of the period that comes without the cookie (a fresh page
+    /// load, a script, a prefetch) finds the same session instead of adding
+    /// a row. It lasts at least one full period past the request.
+    async fn sso_session(
+        &self,
+        subject: String,
+        roles: Vec<String>,
+    ) -> Result<(Person, HeaderValue), StoreError> {
+        let ttl = self.config.session_ttl_secs;
+        let period_ms = secs_ms(ttl).max(1);
+        let period = self.clock.now_ms().div_euclid(period_ms);
+        let message = format!(
+            "sso-session\n{}\n{}\n{period}",
+            super::identity::normalise(&subject),
+            roles.join(",")
+        );
+        let secret = Secret::derived(self.server_key.mac(message.as_bytes()));
+        let session = StoredSession {
+            id_hash: secret.digest(),
+            subject,
+            scopes: self
+                .config
+                .sso_scopes
+                .iter()
+                .map(|s| s.as_str().to_owned())
+                .collect(),
+            roles,
+            auth: AuthMethod::Sso,
+            credential: None,
+            expires_at: (period + 2) * period_ms,
+        };
+        self.store.insert_session(&session).await?;
+        let max_age =
+            u64::try_from((session.expires_at - self.clock.now_ms()) / 1000).unwrap_or(ttl);
+        let cookie = set_cookie(&secret, self.secure, max_age);
+        Ok((Person { secret, session }, cookie))
+    }
+
     async fn open_session(
         &self,
         subject: String,
         scopes: Vec<String>,
         roles: Vec<String>,
-        credential: Option<String>,
+        credential: String,
     ) -> Result<(Person, HeaderValue), StoreError> {
-        // A token session carries its token's digest; single sign-on none.
-        let auth = if credential.is_some() {
-            AuthMethod::Token
-        } else {
-            AuthMethod::Sso
-        };
         let secret = Secret::generate();
         let ttl = self.config.session_ttl_secs;
         let session = StoredSession {
@@ -161,8 +195,8 @@ impl People<'_> {
             subject,
             scopes,
             roles,
-            auth,
-            credential,
+            auth: AuthMethod::Token,
+            credential: Some(credential),
             expires_at: self.clock.now_ms() + secs_ms(ttl),
         };
         self.store.insert_session(&session).await?;

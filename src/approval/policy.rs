@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
+
+use super::server_key::ServerKey;
 
 /// How an approver must have signed in.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -187,7 +188,8 @@ pub struct ExceptionPolicy {
     /// Every rule must hold for a run to be eligible.
     pub rules: Vec<EligibilityRule>,
     /// Share of eligible runs still sent to a person (0 to 1), chosen by a
-    /// hash of the run's identity so a retried gate decides the same way.
+    /// keyed hash of the run's identity ([`ServerKey`]), so a retried gate
+    /// decides the same way and the workflow cannot predict it.
     pub sample_rate: f64,
 }
 
@@ -203,25 +205,24 @@ pub enum Eligibility {
 }
 
 impl ExceptionPolicy {
-    /// Decides for one run's validated output.
-    pub fn decide(&self, output: &Value, namespace: &str, key: &str) -> Eligibility {
+    /// Decides for one run's validated output; `sample` keys the human
+    /// sample.
+    pub fn decide(
+        &self,
+        output: &Value,
+        namespace: &str,
+        key: &str,
+        sample: &ServerKey,
+    ) -> Eligibility {
         if let Some(rule) = self.rules.iter().find(|r| !r.holds(output)) {
             return Eligibility::RuleFailed(rule.label());
         }
-        if sample_point(namespace, key) < self.sample_rate {
+        if sample.point(namespace, key) < self.sample_rate {
             Eligibility::Sampled
         } else {
             Eligibility::Auto
         }
     }
-}
-
-/// A uniform point in `[0, 1)` from the run's identity.
-fn sample_point(namespace: &str, key: &str) -> f64 {
-    let digest = Sha256::digest(format!("sample:{namespace}\n{key}").as_bytes());
-    let mut top = [0u8; 8];
-    top.copy_from_slice(&digest[..8]);
-    (u64::from_be_bytes(top) >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// `[operations.output]`: the JSON Schema model output must satisfy.
@@ -372,16 +373,17 @@ mod tests {
             sample_rate: 0.25,
         };
         let out = json!({"a": 1});
+        let key = ServerKey::new(b"test secret");
         let sampled = (0..4000)
-            .filter(|i| policy.decide(&out, "ns", &format!("k{i}")) == Eligibility::Sampled)
+            .filter(|i| policy.decide(&out, "ns", &format!("k{i}"), &key) == Eligibility::Sampled)
             .count();
         assert!((850..1150).contains(&sampled), "{sampled}");
         assert_eq!(
-            policy.decide(&out, "ns", "k1"),
-            policy.decide(&out, "ns", "k1")
+            policy.decide(&out, "ns", "k1", &key),
+            policy.decide(&out, "ns", "k1", &key)
         );
         assert_eq!(
-            policy.decide(&json!({"a": 2}), "ns", "k1"),
+            policy.decide(&json!({"a": 2}), "ns", "k1", &key),
             Eligibility::RuleFailed("/a eq".into())
         );
     }

@@ -104,12 +104,20 @@ pub trait ApprovalStore: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// On database failure.
     async fn escalate_challenge(&self, id: &str, next: &NewChallenge) -> Result<bool>;
+
+    /// The server secret stored as `name`, storing `candidate` first when
+    /// there is none (the first start); every instance reads the same one.
+    ///
+    /// # Errors
+    /// On database failure.
+    async fn server_secret(&self, name: &str, candidate: &str) -> Result<String>;
 }
 
 /// Storage calls of browser sessions and stored API tokens.
 #[async_trait]
 pub trait SessionStore: Send + Sync + std::fmt::Debug {
-    /// Stores a browser session.
+    /// Stores a browser session (a session already stored under its id
+    /// stays as it is: single sign-on derives the same one again).
     ///
     /// # Errors
     /// On database failure.

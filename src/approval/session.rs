@@ -14,8 +14,22 @@ use super::token::Secret;
 use crate::clock::Millis;
 use crate::tokens::Scope;
 
-/// The session cookie's name.
+/// The session cookie's name over plain http (loopback development).
 pub const COOKIE_NAME: &str = "og_session";
+
+/// The session cookie's name under https: the `__Host-` prefix makes the
+/// browser refuse it unless it is `Secure`, `Path=/` and has no `Domain`,
+/// so no other host (or a plain-http page of this one) can set or shadow it.
+pub const HOST_COOKIE_NAME: &str = "__Host-og_session";
+
+/// The cookie's name: [`HOST_COOKIE_NAME`] when `secure`.
+pub fn cookie_name(secure: bool) -> &'static str {
+    if secure {
+        HOST_COOKIE_NAME
+    } else {
+        COOKIE_NAME
+    }
+}
 
 /// `[approvals]`: sessions, single sign-on and the expiry sweeper.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -155,23 +169,26 @@ impl StoredSession {
     }
 }
 
-/// The session secret a request's cookie carries, if well-formed.
-pub fn cookie_secret(headers: &HeaderMap) -> Option<Secret> {
+/// The session secret a request's cookie carries, if well-formed; under
+/// https (`secure`) only the `__Host-` cookie counts.
+pub fn cookie_secret(headers: &HeaderMap, secure: bool) -> Option<Secret> {
+    let wanted = cookie_name(secure);
     headers
         .get_all(COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE_NAME)
+        .find(|(name, _)| *name == wanted)
         .and_then(|(_, value)| Secret::parse(value.trim()))
 }
 
 /// The `Set-Cookie` value that opens a session.
 pub fn set_cookie(secret: &Secret, secure: bool, max_age_secs: u64) -> HeaderValue {
+    let name = cookie_name(secure);
     let secure = if secure { "; Secure" } else { "" };
     HeaderValue::from_str(&format!(
-        "{COOKIE_NAME}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age_secs}{secure}",
+        "{name}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age_secs}{secure}",
         secret.expose()
     ))
     .expect("a base64url secret is a valid header value")
@@ -179,9 +196,10 @@ pub fn set_cookie(secret: &Secret, secure: bool, max_age_secs: u64) -> HeaderVal
 
 /// The `Set-Cookie` value that ends a session in the browser.
 pub fn clear_cookie(secure: bool) -> HeaderValue {
+    let name = cookie_name(secure);
     let secure = if secure { "; Secure" } else { "" };
     HeaderValue::from_str(&format!(
-        "{COOKIE_NAME}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{secure}"
+        "{name}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{secure}"
     ))
     .expect("static header value")
 }
@@ -205,7 +223,21 @@ mod tests {
             COOKIE,
             HeaderValue::from_str(&format!("a=b; {COOKIE_NAME}={}", secret.expose())).unwrap(),
         );
-        assert_eq!(cookie_secret(&headers), Some(secret));
+        assert_eq!(cookie_secret(&headers, false), Some(secret.clone()));
+        assert_eq!(
+            cookie_secret(&headers, true),
+            None,
+            "https reads only __Host-"
+        );
+        let host = HeaderMap::from_iter([(
+            COOKIE,
+            HeaderValue::from_str(&format!("{HOST_COOKIE_NAME}={}", secret.expose())).unwrap(),
+        )]);
+        assert_eq!(cookie_secret(&host, true), Some(secret.clone()));
+        assert!(set_cookie(&secret, true, 60)
+            .to_str()
+            .unwrap()
+            .starts_with("__Host-og_session="));
         assert!(!set_cookie(&Secret::generate(), false, 60)
             .to_str()
             .unwrap()

@@ -22,6 +22,11 @@ impl Secret {
         Self(URL_SAFE_NO_PAD.encode(bytes))
     }
 
+    /// A secret derived from 32 bytes the caller computed (a keyed hash).
+    pub fn derived(bytes: [u8; 32]) -> Self {
+        Self(URL_SAFE_NO_PAD.encode(bytes))
+    }
+
     /// Accepts only what [`Secret::generate`] makes, so junk never reaches
     /// a query.
     pub fn parse(text: &str) -> Option<Self> {

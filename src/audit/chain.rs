@@ -47,6 +47,7 @@ pub(super) struct Chain {
     run: Option<(i64, Option<String>, Option<Millis>)>,
     checkpointed: Option<(i64, String)>,
     events: Vec<AuditRecord>,
+    effects: Vec<super::seals::StoredEffect>,
 }
 
 impl Chain {
@@ -69,6 +70,7 @@ impl Chain {
             } => self.run = Some((seq, head, archived_at)),
             super::ScanRow::Checkpointed { seq, head, .. } => self.checkpointed = Some((seq, head)),
             super::ScanRow::Event(record) => self.events.push(record),
+            super::ScanRow::Effect(effect) => self.effects.push(effect),
         }
     }
 
@@ -89,8 +91,16 @@ impl Chain {
         let found = check_events(&self)
             .or_else(|| self.check_run_head())
             .or_else(|| self.check_checkpointed(checkpoint_id));
-        if let Some(f) = found {
-            report.push(f);
+        match found {
+            Some(f) => report.push(f),
+            // Seals are read from a chain that verified.
+            None => super::seals::check_effects(
+                &self.namespace,
+                &self.key,
+                &self.events,
+                &self.effects,
+                report,
+            ),
         }
     }
 

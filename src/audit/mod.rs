@@ -24,6 +24,7 @@ mod chain;
 pub mod checkpoint;
 pub mod port;
 pub mod redact;
+pub mod seals;
 pub mod timeline;
 pub mod verify;
 

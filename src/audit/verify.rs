@@ -13,6 +13,7 @@ use super::chain::Chain;
 pub use super::chain::{check_one, ChainAnchor};
 use super::checkpoint::{Checkpoint, HeadDigest};
 use super::port::AuditStore;
+use super::seals::StoredEffect;
 use super::AuditRecord;
 use crate::clock::Millis;
 use crate::ledger::storage::Result;
@@ -46,6 +47,8 @@ pub enum ScanRow {
     },
     /// One audit event.
     Event(AuditRecord),
+    /// One of the key's effects, sealed again from its row.
+    Effect(StoredEffect),
 }
 
 impl ScanRow {
@@ -55,6 +58,7 @@ impl ScanRow {
                 (namespace, key)
             }
             Self::Event(r) => (&r.entry.namespace, &r.entry.key),
+            Self::Effect(e) => (&e.namespace, &e.key),
         }
     }
 }
@@ -102,6 +106,9 @@ pub struct VerifyReport {
     pub findings: Vec<Finding>,
     /// How many problems in all.
     pub failures: i64,
+    /// Effects whose chain holds no seal for them (queued before seals
+    /// were recorded); not a failure.
+    pub unsealed_effects: i64,
 }
 
 impl VerifyReport {

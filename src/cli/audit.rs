@@ -81,6 +81,12 @@ async fn run_verify(store: &SharedStore, namespace: Option<&str>, json: bool) ->
                 .map_or("none".to_owned(), |id| id.to_string()),
             if report.ok() { "ok" } else { "FAILED" }
         );
+        if report.unsealed_effects > 0 {
+            println!(
+                "{} effect(s) have no seal in their chain (queued before seals were recorded): not checked",
+                report.unsealed_effects
+            );
+        }
     }
     if !report.ok() {
         bail!("audit verification failed: {} problem(s)", report.failures);

@@ -12,6 +12,7 @@ pub fn new_token_text(subject: &str, scopes: &[Scope], roles: &[String]) -> Stri
         digest: tokens::digest(&token),
         scopes: scopes.to_vec(),
         roles: roles.to_vec(),
+        namespaces: None,
     };
     let snippet = toml::to_string(&toml::Table::from_iter([(
         "tokens".to_owned(),

@@ -50,6 +50,10 @@ pub struct ServerConfig {
     /// this digest. Unset: `/metrics` answers anyone who reaches the
     /// listener.
     pub metrics_token_digest: Option<String>,
+    /// The environment variable holding the server secret (at least 32
+    /// bytes), which keys `approve_by_exception`'s human sample. Unset:
+    /// a secret generated at the first start and kept in the database.
+    pub secret_env: Option<String>,
 }
 
 impl ServerConfig {
@@ -172,6 +176,7 @@ impl Default for ServerConfig {
             max_connections: 512,
             unauthenticated_body_budget_bytes: 16 * 1024 * 1024,
             metrics_token_digest: None,
+            secret_env: None,
         }
     }
 }
@@ -328,6 +333,12 @@ pub fn validate_tokens(tokens: &[TokenConfig]) -> Result<(), ConfigError> {
             return Err(ConfigError::field(
                 at("scopes"),
                 "must name at least one scope",
+            ));
+        }
+        if token.namespaces.as_ref().is_some_and(Vec::is_empty) {
+            return Err(ConfigError::field(
+                at("namespaces"),
+                "must name at least one namespace (leave it out for every namespace)",
             ));
         }
     }

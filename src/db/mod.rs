@@ -65,6 +65,16 @@ pub enum Finish<T> {
     Rollback(T),
 }
 
+impl<T> Finish<T> {
+    /// The same ending with its value mapped.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Finish<U> {
+        match self {
+            Self::Commit(value) => Finish::Commit(f(value)),
+            Self::Rollback(value) => Finish::Rollback(f(value)),
+        }
+    }
+}
+
 /// A write transaction's work, run by the backend inside one transaction.
 pub type Job<T> =
     Box<dyn for<'t, 'u> FnOnce(&'t mut Tx<'u>) -> BoxFuture<'t, Result<Finish<T>>> + Send>;

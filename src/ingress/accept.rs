@@ -179,7 +179,11 @@ impl<'a> Intake<'a> {
         }
         let (claim, event) = self.event(source, delivery, json.as_ref(), now_ms)?;
         let forward = forward_effect(source, &event);
-        let outcome = self.store.accept_event(&claim, &event, &forward).await?;
+        let window = source.config.body_window_ms();
+        let outcome = self
+            .store
+            .accept_event(&claim, &event, &forward, window)
+            .await?;
         if let ClaimOutcome::Claimed { run, .. } = &outcome {
             // Stored with its forward, not yet acknowledged (chaos tests).
             crate::chaos::point("after_effect_insert");

@@ -142,7 +142,16 @@ pub struct SourceConfig {
     /// The generic HMAC scheme's header.
     #[serde(default)]
     pub hmac: Option<HmacHeader>,
+    /// How long a body is remembered: the same body under another event id
+    /// inside this many seconds is a duplicate of the first (0: off).
+    /// Default [`DEFAULT_BODY_WINDOW_SECS`] for the schemes whose signature
+    /// covers only the body (GitHub, Shopify, generic HMAC), 0 otherwise.
+    #[serde(default)]
+    pub body_window_secs: Option<u64>,
 }
+
+/// The body window of the schemes that sign only the body: 7 days.
+pub const DEFAULT_BODY_WINDOW_SECS: u64 = 7 * 24 * 3600;
 
 fn default_tolerance() -> i64 {
     300
@@ -152,6 +161,21 @@ fn default_max_body() -> usize {
 }
 
 impl SourceConfig {
+    /// Whether the scheme's signature covers only the body: no timestamp
+    /// and no event id is signed, so a captured delivery verifies again
+    /// under any new (unsigned) delivery id.
+    pub fn signs_body_only(&self) -> bool {
+        use SchemeName::{Github, Hmac, Shopify};
+        matches!(self.scheme, Github | Shopify | Hmac)
+    }
+
+    /// The body window in milliseconds, `None` when off.
+    pub fn body_window_ms(&self) -> Option<i64> {
+        let default = DEFAULT_BODY_WINDOW_SECS * u64::from(self.signs_body_only());
+        let secs = self.body_window_secs.unwrap_or(default);
+        (secs > 0).then(|| i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX))
+    }
+
     /// The event id's location: configured, or the scheme's default.
     pub fn event_id_locator(&self) -> Option<String> {
         self.event_id.clone().or_else(|| {

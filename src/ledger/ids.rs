@@ -102,7 +102,8 @@ string_id!(
     255
 );
 string_id!(
-    /// An optional identity shared across namespaces; at most one run holds it.
+    /// An optional identity of the business object a run acts on; at most
+    /// one run of a namespace holds it (other namespaces may hold it too).
     BusinessKey,
     "business_key",
     255

@@ -342,6 +342,7 @@ mod tests {
         let config = MetricsConfig {
             max_label_values: 1,
             namespaces: vec!["crm".into()],
+            listen: None,
         };
         let metrics = Metrics::from_config(&config, DeclaredNames::default());
         for ns in ["a", "b", "c", "crm"] {

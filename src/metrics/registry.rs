@@ -31,6 +31,9 @@ pub struct MetricsConfig {
     /// Namespaces that always get their own series, however many others
     /// come first (source names always do).
     pub namespaces: Vec<String>,
+    /// When set, `/metrics` is served on this address alone (a private
+    /// listener for the scraper) and the main listener answers 404 there.
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 impl Default for MetricsConfig {
@@ -38,6 +41,7 @@ impl Default for MetricsConfig {
         Self {
             max_label_values: 100,
             namespaces: Vec::new(),
+            listen: None,
         }
     }
 }

@@ -10,6 +10,7 @@ use crate::ledger::port::LedgerStore;
 use crate::ledger::storage::StoreError;
 use crate::ledger::{IdempotencyKey, Moved, Namespace, OwnerCall};
 use crate::metrics::Metrics;
+use crate::tokens::{Namespaces, Principal, Scope};
 
 /// What the owner's outbox calls need.
 #[derive(Debug, Clone, Copy)]
@@ -94,27 +95,27 @@ impl Outbox<'_> {
     }
 
     /// Cancels an effect still pending (its run completes when nothing
-    /// else is outstanding). With `only_claimed_by`, only an effect of a
-    /// run that subject claimed: any other answers [`CancelError::NotFound`].
+    /// else is outstanding), for `caller`: an operator cancels any effect
+    /// its namespaces reach, any other token only an effect of a run it
+    /// claimed; any other effect answers [`CancelError::NotFound`].
     ///
     /// # Errors
     /// [`CancelError`] when there is no such effect or it was already sent.
-    pub async fn cancel(
-        &self,
-        id: &str,
-        actor: &str,
-        only_claimed_by: Option<&str>,
-    ) -> Result<Effect, CancelError> {
-        if let Some(claimer) = only_claimed_by {
+    pub async fn cancel(&self, id: &str, caller: &Principal) -> Result<Effect, CancelError> {
+        let own = !caller.has(Scope::Operator);
+        if own || caller.namespaces != Namespaces::All {
             // Another token's run answers as if the effect did not exist:
             // effect ids are not secret enough to be the only guard.
             let Some(effect) = self.store.effect(id).await? else {
                 return Err(CancelError::NotFound(id.to_owned()));
             };
-            if !self.claimed_by(&effect, claimer).await? {
+            if !caller.reaches(&effect.namespace)
+                || (own && !self.claimed_by(&effect, &caller.subject).await?)
+            {
                 return Err(CancelError::NotFound(id.to_owned()));
             }
         }
+        let actor = caller.subject.as_str();
         if let Some(effect) = self.store.cancel_effect(id, actor).await? {
             return Ok(effect);
         }

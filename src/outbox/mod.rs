@@ -30,6 +30,7 @@ pub mod moves;
 mod observe;
 pub mod port;
 pub mod scrub;
+pub mod seal;
 pub mod sender;
 pub mod target;
 pub mod verdict;
@@ -199,8 +200,18 @@ pub struct NewEffect {
     pub role: EffectRole,
 }
 
-/// The downstream key of an effect when its operation names none.
+/// The downstream key of an effect when its operation names none:
+/// `<namespace>:<key>:<effect_type>`, with `%` and `:` percent-encoded in
+/// the namespace.
+///
+/// Keys may hold `:` and namespaces could too, so written plainly
+/// `crm:x`/`y` and `crm`/`x:y` would share a key. An effect type never
+/// holds `:`, so once the namespace cannot either, the first `:` ends the
+/// namespace and the last one starts the effect type: every key names one
+/// run and effect. A namespace without `:` or `%` (nearly all) is written
+/// as before, so its keys did not change.
 pub fn default_idempotency_key(namespace: &str, key: &str, effect_type: &str) -> String {
+    let namespace = namespace.replace('%', "%25").replace(':', "%3A");
     format!("{namespace}:{key}:{effect_type}")
 }
 
@@ -252,6 +263,19 @@ mod tests {
         assert_eq!(
             default_idempotency_key("stripe", "evt_1", "forward"),
             "stripe:evt_1:forward"
+        );
+        assert_ne!(
+            default_idempotency_key("crm:x", "y", "send"),
+            default_idempotency_key("crm", "x:y", "send")
+        );
+        assert_eq!(
+            default_idempotency_key("crm:x", "y", "send"),
+            "crm%3Ax:y:send"
+        );
+        assert_eq!(
+            default_idempotency_key("a%3A", "b", "t"),
+            "a%253A:b:t",
+            "a namespace that looks encoded stays apart from one that is"
         );
     }
 }

@@ -40,4 +40,11 @@ pub trait RetentionStore: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// On database failure.
     async fn scrub_effect_bodies(&self, limit: i64, now: i64) -> Result<u64>;
+
+    /// Forgets the webhook bodies whose window closed by `now`; returns
+    /// how many.
+    ///
+    /// # Errors
+    /// On database failure.
+    async fn forget_ingress_bodies(&self, now: i64) -> Result<u64>;
 }

@@ -62,6 +62,7 @@ pub async fn sweep<S: RetentionStore + AuditStore + ?Sized>(
                 break;
             }
         }
+        store.forget_ingress_bodies(now).await?;
     }
     for sel in config.selections(now, false) {
         archive_window(store, config, redactor, &sel, now, &mut report).await?;

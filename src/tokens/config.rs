@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::namespaces::NamespacePattern;
+
 /// What a token may do.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Hash, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -49,6 +51,10 @@ pub struct TokenConfig {
     /// Roles, for approval policies.
     #[serde(default)]
     pub roles: Vec<String>,
+    /// The namespaces whose runs the token may act on and read (`"crm"`,
+    /// or a prefix `"billing:*"`); absent, every namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespaces: Option<Vec<NamespacePattern>>,
 }
 
 /// Whether `value` looks like a stored token digest.

@@ -17,9 +17,11 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 
 pub mod config;
+pub mod namespaces;
 pub mod port;
 
 pub use config::{is_digest, Scope, TokenConfig};
+pub use namespaces::{NamespacePattern, Namespaces};
 use port::StoredToken;
 
 /// Who is calling: the subject of a verified token.
@@ -31,12 +33,19 @@ pub struct Principal {
     pub scopes: HashSet<Scope>,
     /// Roles, for approval policies.
     pub roles: Vec<String>,
+    /// The namespaces whose runs it may act on and read.
+    pub namespaces: Namespaces,
 }
 
 impl Principal {
     /// Whether the principal holds `scope` (admin holds every scope).
     pub fn has(&self, scope: Scope) -> bool {
         self.scopes.contains(&Scope::Admin) || self.scopes.contains(&scope)
+    }
+
+    /// Whether its allow-list reaches `namespace`.
+    pub fn reaches(&self, namespace: &str) -> bool {
+        self.namespaces.allows(namespace)
     }
 }
 
@@ -57,6 +66,7 @@ impl Authenticator {
                     subject: t.subject.clone(),
                     scopes: t.scopes.iter().copied().collect(),
                     roles: t.roles.clone(),
+                    namespaces: Namespaces::from_list(t.namespaces.as_deref()),
                 },
             );
         }
@@ -67,6 +77,7 @@ impl Authenticator {
                     subject: t.subject.clone(),
                     scopes: t.scopes.iter().filter_map(|s| Scope::parse(s)).collect(),
                     roles: t.roles.clone(),
+                    namespaces: Namespaces::All,
                 });
         }
         Self { by_digest }
@@ -113,6 +124,7 @@ mod tests {
             digest: digest(&token),
             scopes: vec![Scope::Workflow],
             roles: vec![],
+            namespaces: None,
         };
         let auth = Authenticator::new(&[config], &[]);
         let who = auth.authenticate(&token).unwrap();
@@ -127,6 +139,7 @@ mod tests {
             subject: "root".into(),
             scopes: [Scope::Admin].into_iter().collect(),
             roles: vec![],
+            namespaces: Namespaces::All,
         };
         assert!(p.has(Scope::Operator) && p.has(Scope::Workflow) && p.has(Scope::Approver));
     }

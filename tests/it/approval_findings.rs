@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 
-use crate::approvals::{claim, csrf_of, gate, gated_app, outbox_rows, Browser};
+use crate::approvals::{claim, csrf_of, gate, gated_app, gated_app_with, outbox_rows, Browser};
 use crate::harness::{on_both_backends, Backend, TestApp};
 
 fn link_of(app: &TestApp, body: &Value) -> String {
@@ -133,6 +133,8 @@ async fn identities_compare_normalised(backend: Backend) {
 }
 
 on_both_backends!(
+    sso_page_views_share_one_session,
+    an_https_base_sets_a_host_prefixed_cookie,
     card_shows_every_effect_field_and_binds_them,
     exception_rules_judge_the_effects,
     identities_compare_normalised,
@@ -164,5 +166,56 @@ async fn a_sign_in_form_posted_from_another_site_signs_nobody_in(backend: Backen
         .await;
     assert_eq!(resp.status(), 303, "the sign-in page's own form");
     assert!(resp.headers().get("set-cookie").is_some());
+    app.stop().await;
+}
+
+/// Issue 25 (info): page views through the single-sign-on proxy that come
+/// without the session cookie (fresh loads, scripts, prefetches) reuse one
+/// session for the person and period instead of adding a row each.
+async fn sso_page_views_share_one_session(backend: Backend) {
+    let (app, _t, _) = gated_app(backend, 0.0, 3600).await;
+    let link = crate::approvals::pending(&app, "sso-1", "send_reply").await;
+    let mut cookies = Vec::new();
+    for _ in 0..5 {
+        let page = Browser::anonymous(&app).with_header("X-Forwarded-User", "bob");
+        let resp = page.request_get(&link).await;
+        assert_eq!(resp.status(), 200);
+        let set = resp.headers()["set-cookie"].to_str().unwrap().to_owned();
+        cookies.push(set.split(';').next().unwrap().to_owned());
+    }
+    assert!(cookies.windows(2).all(|w| w[0] == w[1]), "{cookies:?}");
+    assert_eq!(app.db.count("SELECT COUNT(*) FROM sessions").await, 1);
+    let other = Browser::anonymous(&app).with_header("X-Forwarded-User", "carol");
+    assert_eq!(other.request_get(&link).await.status(), 200);
+    assert_eq!(
+        app.db.count("SELECT COUNT(*) FROM sessions").await,
+        2,
+        "another person has a session of their own"
+    );
+    app.stop().await;
+}
+
+/// Issue 25 (info): served under https, the session cookie carries the
+/// `__Host-` prefix (no other port or subdomain of the host can set or
+/// shadow it), and a plain `og_session` cookie is not read there.
+async fn an_https_base_sets_a_host_prefixed_cookie(backend: Backend) {
+    let (app, _t, _) = gated_app_with(backend, 0.0, 3600, |c| {
+        c.server.public_base_url = Some("https://approvals.example".into());
+    })
+    .await;
+    let person = Browser::login(&app, &app.approver).await;
+    assert!(
+        person.cookie.starts_with("__Host-og_session="),
+        "{}",
+        person.cookie
+    );
+    assert_eq!(person.get("/ui/approvals").await.0, 200);
+    let mut plain = Browser::anonymous(&app);
+    plain.cookie = person.cookie.replacen("__Host-", "", 1);
+    assert_ne!(
+        plain.get("/ui/approvals").await.0,
+        200,
+        "only the __Host- cookie counts"
+    );
     app.stop().await;
 }

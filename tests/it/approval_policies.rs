@@ -306,4 +306,61 @@ on_both_backends!(
     act_with_window_cancels_until_sent,
     expiry_dead_letters_and_escalation_asks_again,
     pending_list_shows_the_card,
+    the_human_sample_is_keyed_with_the_server_secret,
 );
+
+/// A run's sample point as the server computes it (`secret`) or as a
+/// workflow could before the sample was keyed (`None`: plain SHA-256).
+fn sample_point(secret: Option<&[u8]>, key: &str) -> f64 {
+    use hmac::{Hmac, Mac};
+    use sha2::{Digest, Sha256};
+    let message = format!("sample:support\n{key}");
+    let digest = match secret {
+        Some(secret) => {
+            let mut mac = Hmac::<Sha256>::new_from_slice(secret).unwrap();
+            mac.update(message.as_bytes());
+            mac.finalize().into_bytes().to_vec()
+        }
+        None => Sha256::digest(message.as_bytes()).to_vec(),
+    };
+    let top = u64::from_be_bytes(digest[..8].try_into().unwrap());
+    (top >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Issue 25 M5: the workflow knows each run's namespace and key, yet the
+/// unkeyed prediction no longer tells which runs a person sees; the
+/// decisions follow the stored server secret exactly, so a retried gate
+/// (on any instance) decides the same way.
+async fn the_human_sample_is_keyed_with_the_server_secret(backend: Backend) {
+    let (app, _t, _) = gated_app(backend, 0.5, 3600).await;
+    let keys: Vec<String> = (0..24).map(|i| format!("p-{i}")).collect();
+    let shared = &app;
+    let decided: Vec<(String, String)> = stream::iter(keys)
+        .map(|key| async move {
+            let decision = refund_decision(shared, &key, 20).await;
+            (key, decision)
+        })
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    let secret = app
+        .db
+        .text("SELECT value FROM server_secrets WHERE name = 'server'")
+        .await;
+    assert_eq!(secret.len(), 64, "32 random bytes, hex");
+    let human = |point: f64| if point < 0.5 { "human" } else { "auto" };
+    let mut unkeyed_wrong = 0;
+    for (key, decision) in &decided {
+        assert_eq!(
+            decision,
+            human(sample_point(Some(secret.as_bytes()), key)),
+            "{key}: the keyed sample decides"
+        );
+        if decision != human(sample_point(None, key)) {
+            unkeyed_wrong += 1;
+        }
+    }
+    // Matching all 24 by chance has probability 2^-24.
+    assert!(unkeyed_wrong > 0, "the unkeyed prediction still works");
+    app.stop().await;
+}

@@ -292,7 +292,7 @@ async fn one_event_delivered_100_times_at_once_is_accepted_once(backend: Backend
             tokio::spawn(async move {
                 let (req, event, forward) = delivery(&id);
                 gate.wait().await;
-                (id, ingress.accept_event(&req, &event, &forward).await)
+                (id, ingress.accept_event(&req, &event, &forward, None).await)
             })
         })
         .collect();

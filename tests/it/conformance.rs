@@ -332,7 +332,6 @@ async fn business_key_clash_answers_duplicate_of(backend: Backend) {
     first.business_key = Some(BusinessKey::parse("refund:order-7:v1").unwrap());
     claimed(f.store.claim(&first).await.unwrap());
     let mut second = request("evt_2", "b");
-    second.namespace = Namespace::parse("crm").unwrap();
     second.business_key = first.business_key.clone();
     match f.store.claim(&second).await.unwrap() {
         ClaimOutcome::DuplicateOf(holder) => {
@@ -347,6 +346,12 @@ async fn business_key_clash_answers_duplicate_of(backend: Backend) {
         .await
         .unwrap()
         .is_none());
+    // Business keys are scoped per namespace: another namespace's run with
+    // the same business key is its own (issue 25 M2).
+    let mut elsewhere = request("evt_3", "c");
+    elsewhere.namespace = Namespace::parse("crm").unwrap();
+    elsewhere.business_key = first.business_key.clone();
+    claimed(f.store.claim(&elsewhere).await.unwrap());
 }
 
 async fn audit_chain_covers_every_move(backend: Backend) {

@@ -38,6 +38,7 @@ fn with_mock(base: String, extra_target: &'static str) -> impl FnOnce(&mut Confi
             digest: oncegate::tokens::digest(ADMIN_TOKEN),
             scopes: vec![oncegate::config::Scope::Admin],
             roles: vec![],
+            namespaces: None,
         });
     }
 }

@@ -318,6 +318,7 @@ pub fn token(subject: &str, scopes: &[Scope]) -> (String, TokenConfig) {
         digest: digest(&token),
         scopes: scopes.to_vec(),
         roles: vec![],
+        namespaces: None,
     };
     (token, entry)
 }

@@ -11,7 +11,9 @@ mod approval_refusals;
 mod approval_secrecy;
 mod approvals;
 mod audit;
+mod audit_seals;
 mod backup;
+mod body_window;
 mod claim_batches;
 mod conformance;
 mod deadletter_actions;
@@ -32,6 +34,7 @@ mod killswitch;
 mod lab;
 // n8n integration (examples/n8n, docs/n8n.md)
 mod n8n;
+mod namespaces;
 mod process;
 mod recovery;
 mod redaction;

@@ -164,9 +164,19 @@ async fn namespaces_past_the_bound_share_other(backend: Backend) {
     let target = MockTarget::start().await;
     let app = TestApp::spawn_with(backend, config_for(target.base_url())).await;
     // Sources are configured namespaces; three more are learned, then `other`.
-    for ns in ["t1", "t2", "t3", "t4", "t5", "stripe"] {
+    for ns in ["t1", "t2", "t3", "t4", "t5"] {
         claim(&app, ns, "k", json!({})).await;
     }
+    // A source's namespace is claimed by its deliveries only.
+    let body = crate::ingress::stripe_event("evt_m", "charge.succeeded", "ch_m");
+    let sig = crate::ingress::stripe_signature(
+        crate::ingress::SECRET,
+        chrono::Utc::now().timestamp(),
+        &body,
+    );
+    let (status, _) =
+        crate::ingress::deliver(&app, "stripe", &body, &[("stripe-signature", sig)]).await;
+    assert_eq!(status, 200);
     let text = scrape(&app).await;
     for ns in ["t1", "t2", "t3", "stripe"] {
         let series = format!("oncegate_claims_total{{namespace=\"{ns}\",outcome=\"claimed\"}} 1");

@@ -68,6 +68,8 @@ fn configure(base: String, archive: std::path::PathBuf) -> impl FnOnce(&mut Conf
              target = \"n8n\"\npath = \"/stripe-events\"\n\
              [[operations]]\nname = \"send_email\"\ngate = \"none\"\n\
              [[redact]]\nnamespace = \"stripe\"\npointers = [\"/data/object/customer_email\"]\n\
+             fields = [\"card_last4\"]\n\
+             [[redact]]\nnamespace = \"payments\"\npointers = [\"/data/object/customer_email\"]\n\
              fields = [\"card_last4\"]\n"
         ))
         .unwrap();
@@ -123,9 +125,9 @@ async fn redacted_fields_never_reach_a_table(backend: Backend) {
     // target, and one that completes with the field in its result.
     let payload = json!({ "data": { "object": { "customer_email": EMAIL } } });
     let (_, claim) = app
-        .claim(json!({ "namespace": "stripe", "key": "biz:1", "payload": payload }))
+        .claim(json!({ "namespace": "payments", "key": "biz:1", "payload": payload }))
         .await;
-    let commit = json!({ "namespace": "stripe", "key": "biz:1", "lease": claim["lease"],
+    let commit = json!({ "namespace": "payments", "key": "biz:1", "lease": claim["lease"],
         "result": { "data": { "object": { "customer_email": EMAIL } }, "card_last4": CARD },
         "effects": [{ "operation": "send_email", "effect_type": "send_email", "target": "crm_api",
                       "path": "/fail", "body": { "data": { "object": { "customer_email": EMAIL } } } }] });
@@ -136,9 +138,9 @@ async fn redacted_fields_never_reach_a_table(backend: Backend) {
         200
     );
     let (_, claim) = app
-        .claim(json!({ "namespace": "stripe", "key": "biz:2", "payload": {} }))
+        .claim(json!({ "namespace": "payments", "key": "biz:2", "payload": {} }))
         .await;
-    let complete = json!({ "namespace": "stripe", "key": "biz:2", "lease": claim["lease"],
+    let complete = json!({ "namespace": "payments", "key": "biz:2", "lease": claim["lease"],
         "result": { "nested": [{ "card_last4": CARD }], "data": { "object": { "customer_email": EMAIL } } } });
     assert_eq!(
         app.post("/v1/runs/complete", Some(&app.workflow), &complete)
@@ -151,7 +153,7 @@ async fn redacted_fields_never_reach_a_table(backend: Backend) {
         dispatcher.dispatch_once().await.unwrap();
     }
     assert_eq!(mock.requests().len(), 2);
-    let (_, run) = app.get_run("stripe", "biz:1").await;
+    let (_, run) = app.get_run("payments", "biz:1").await;
     assert_eq!(run["state"], "dead_lettered");
 
     // Only the bodies kept to be forwarded hold the value, nothing else.
@@ -184,7 +186,7 @@ async fn redacted_fields_never_reach_a_table(backend: Backend) {
             "{needle}"
         );
     }
-    let (_, run) = app.get_run("stripe", "biz:2").await;
+    let (_, run) = app.get_run("payments", "biz:2").await;
     assert_eq!(
         run["result"]["data"]["object"]["customer_email"],
         "[redacted]"

@@ -30,6 +30,8 @@ struct Proc {
     stderr: Option<BufReader<std::process::ChildStderr>>,
     _dir: tempfile::TempDir,
     secret: String,
+    /// Where `/metrics` is served (the "listening" line's `metrics`).
+    metrics: String,
 }
 
 impl Proc {
@@ -62,12 +64,13 @@ impl Proc {
             .spawn()
             .expect("spawn oncegate");
         let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let addr = loop {
+        let (addr, metrics) = loop {
             let mut line = String::new();
             assert!(stderr.read_line(&mut line).unwrap() > 0, "exited early");
             if let Ok(event) = serde_json::from_str::<Value>(&line) {
                 if event["message"] == "oncegate listening" {
-                    break event["address"].as_str().unwrap().to_owned();
+                    let field = |name: &str| event[name].as_str().unwrap().to_owned();
+                    break (field("address"), field("metrics"));
                 }
             }
         };
@@ -77,6 +80,7 @@ impl Proc {
             stderr: Some(stderr),
             _dir: dir,
             secret,
+            metrics,
         }
     }
 
@@ -449,6 +453,30 @@ async fn metrics_need_the_metrics_token_when_one_is_configured() {
         .await
         .unwrap();
     assert_eq!(health.status(), 200);
+}
+
+/// `[metrics] listen` serves `/metrics` on a listener of its own (a
+/// private address for the scraper), and the main listener no longer does.
+#[tokio::test]
+async fn metrics_can_have_a_listener_of_their_own() {
+    let proc = Proc::start("[metrics]\nlisten = \"127.0.0.1:0\"");
+    assert_ne!(proc.metrics, proc.addr);
+    let client = reqwest::Client::new();
+    let get = |url: String| {
+        let client = client.clone();
+        async move { client.get(url).send().await.unwrap() }
+    };
+    assert_eq!(get(format!("{}/metrics", proc.base())).await.status(), 404);
+    assert_eq!(get(format!("{}/healthz", proc.base())).await.status(), 200);
+    let scrape = get(format!("http://{}/metrics", proc.metrics)).await;
+    assert_eq!(scrape.status(), 200);
+    assert!(scrape.text().await.unwrap().contains("oncegate_"));
+    let other = get(format!("http://{}/healthz", proc.metrics)).await;
+    assert_eq!(
+        other.status(),
+        404,
+        "the metrics listener serves nothing else"
+    );
 }
 
 /// hyper frames a request that carries both Content-Length and chunked

@@ -13,7 +13,7 @@ use super::super::{ApiJson, Caller};
 use super::{refused, DeadLetterView};
 use crate::deadletter::replay::{replace_one, replay_one, ReplayError};
 use crate::deadletter::{ActionOutcome, ReplayCommand, Resolution, ResolveCommand, RunLink};
-use crate::ledger::{IdempotencyKey, Namespace};
+use crate::ledger::IdempotencyKey;
 use crate::state::AppState;
 
 /// A required, bounded, single-line text field.
@@ -267,9 +267,9 @@ pub(in crate::api) async fn assign(
     responses((status = 200, description = "Links, oldest first", body = [Object])))]
 pub(in crate::api) async fn links(
     State(app): State<AppState>,
-    Query(q): Query<RunRef>,
+    caller: Caller,
+    query: std::result::Result<Query<RunRef>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<RunLink>>> {
-    let ns = Namespace::parse(q.namespace)?;
-    let key = IdempotencyKey::parse(q.key)?;
+    let (ns, key) = RunRef::parse(query, &app, &caller)?;
     Ok(Json(app.store.run_links(ns.as_str(), key.as_str()).await?))
 }

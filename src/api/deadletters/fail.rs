@@ -13,7 +13,7 @@ use super::super::{ApiJson, Caller};
 use super::actions::required_text;
 use crate::deadletter::{ExecutionFailed, ExecutionFailure};
 use crate::state::AppState;
-use crate::tokens::Scope;
+use crate::tokens::{Namespaces, Scope};
 
 /// The reported error.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -75,7 +75,10 @@ pub(in crate::api) async fn fail_by_execution(
         error_class: optional_text("error.class", body.error.class, 255)?,
         retryable: body.retryable,
         actor: caller.subject.clone(),
-        claimed_by: (!caller.has(Scope::Admin)).then(|| caller.subject.clone()),
+        // Only an admin without a namespace list reports for any run; any
+        // other token for the runs it claimed, which lay in its namespaces.
+        claimed_by: (!caller.has(Scope::Admin) || caller.namespaces != Namespaces::All)
+            .then(|| caller.subject.clone()),
     };
     match app.store.fail_by_execution(&failure).await? {
         ExecutionFailed::Moved(runs) => Ok(Json(FailByExecutionResponse {

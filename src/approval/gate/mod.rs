@@ -19,6 +19,8 @@ use crate::outbox::{NewEffect, TargetConfig};
 use crate::validate::port::{OutputStore, StoredOutput};
 use crate::validate::{OutputSchemas, Violation};
 
+use super::server_key::ServerKey;
+
 mod human;
 mod output;
 
@@ -47,6 +49,8 @@ pub struct Gate<'a> {
     pub clock: &'a dyn Clock,
     /// Wakes the dispatcher when a run is cleared by policy.
     pub wake: &'a Notify,
+    /// Keys `approve_by_exception`'s human sample.
+    pub sample: &'a ServerKey,
 }
 
 /// Why a gate call did nothing.
@@ -186,7 +190,9 @@ impl Gate<'_> {
                     ))?;
                 match unjudged_effect(rules, out, &effects) {
                     Some(why) => Eligibility::RuleFailed(why),
-                    None => rules.decide(out, call.namespace.as_str(), call.key.as_str()),
+                    None => {
+                        rules.decide(out, call.namespace.as_str(), call.key.as_str(), self.sample)
+                    }
                 }
             }
             _ => Eligibility::RuleFailed(String::new()),

@@ -1,9 +1,13 @@
 //! Rows of the audit-integrity and retention statements.
 
 use crate::audit::checkpoint::{Checkpoint, HeadRow};
+use std::collections::BTreeMap;
+
+use crate::audit::seals::StoredEffect;
 use crate::audit::{AuditEntry, AuditRecord, ScanRow, Verification};
 use crate::db::exec::{FromRow, Row};
 use crate::ledger::storage::Result;
+use crate::outbox::seal::Sealed;
 use crate::retention::RunStamp;
 
 /// A head-scan row.
@@ -45,9 +49,45 @@ pub(crate) struct AuditScanRow {
     hash: Option<String>,
     created_at: Option<i64>,
     archived_at: Option<i64>,
+    body: Option<Vec<u8>>,
 }
 
 impl AuditScanRow {
+    /// An effect row of the scan (see the statement for its columns),
+    /// sealed as it is stored now. Headers that no longer parse seal as
+    /// none, which no recorded seal matches.
+    fn into_stored_effect(self) -> StoredEffect {
+        let text = |v: Option<String>| v.unwrap_or_default();
+        let headers: BTreeMap<String, String> = self
+            .detail
+            .as_deref()
+            .and_then(|h| serde_json::from_str(h).ok())
+            .unwrap_or_default();
+        let (target, effect_type) = (text(self.actor), text(self.kind));
+        let (method, url, key) = (
+            text(self.from_state),
+            text(self.to_state),
+            text(self.prev_hash),
+        );
+        let sealed = Sealed {
+            target: &target,
+            effect_type: &effect_type,
+            method: &method,
+            url: &url,
+            headers: &headers,
+            body: self.body.as_deref(),
+            idempotency_key: &key,
+        };
+        StoredEffect {
+            namespace: self.namespace,
+            key: self.run_key,
+            id: text(self.hash),
+            slot: sealed.slot(),
+            seal: sealed.seal(),
+            body_redacted: self.version.is_some(),
+        }
+    }
+
     pub(crate) fn into_scan(self) -> Result<ScanRow> {
         Ok(match self.src {
             0 => ScanRow::Run {
@@ -63,6 +103,7 @@ impl AuditScanRow {
                 seq: self.seq,
                 head: self.hash.unwrap_or_default(),
             },
+            3 => ScanRow::Effect(self.into_stored_effect()),
             _ => {
                 // An event whose detail is not JSON is still walked: its
                 // hash will not match, which names the row.
@@ -201,6 +242,7 @@ impl FromRow for AuditScanRow {
             hash: row.get("hash")?,
             created_at: row.get("created_at")?,
             archived_at: row.get("archived_at")?,
+            body: row.get("body")?,
         })
     }
 }

@@ -52,6 +52,10 @@ pub struct ApprovalStatements {
     pub insert_output: String,
     /// The run's latest output. Binds: namespace, key.
     pub latest_output: String,
+    /// Stores a server secret unless one exists. Binds: name, value, now.
+    pub insert_secret: String,
+    /// A server secret. Binds: name.
+    pub secret: String,
 }
 
 impl ApprovalStatements {
@@ -59,6 +63,10 @@ impl ApprovalStatements {
     pub fn new(dialect: Dialect) -> Self {
         let now = dialect.now();
         Self {
+            insert_secret: "INSERT INTO server_secrets (name, value, created_at) \
+                 VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING"
+                .into(),
+            secret: "SELECT value FROM server_secrets WHERE name = $1".into(),
             insert_challenge: format!(
                 "INSERT INTO challenges ({CHALLENGE_COLUMNS}) VALUES ({})",
                 super::placeholders(1, 21)
@@ -99,7 +107,8 @@ impl ApprovalStatements {
                  VALUES ($1, $2, $3, $4, $5) ON CONFLICT (digest) DO NOTHING"
                 .into(),
             insert_session: "INSERT INTO sessions (id_hash, subject, scopes, roles, auth_method, \
-                 created_at, expires_at, credential) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                 created_at, expires_at, credential) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+                 ON CONFLICT (id_hash) DO NOTHING"
                 .into(),
             session: format!(
                 "SELECT id_hash, subject, scopes, roles, auth_method, expires_at, credential \

@@ -49,9 +49,9 @@ pub struct AuditStatements {
 impl AuditStatements {
     /// The statements spelled for `dialect`.
     pub fn new(dialect: Dialect) -> Self {
-        let c = match dialect {
-            Dialect::Sqlite => "",
-            Dialect::Postgres => " COLLATE \"C\"",
+        let (c, blob) = match dialect {
+            Dialect::Sqlite => ("", "BLOB"),
+            Dialect::Postgres => (" COLLATE \"C\"", "BYTEA"),
         };
         let system = crate::audit::SYSTEM_NAMESPACE;
         let head_scan = format!(
@@ -68,23 +68,30 @@ impl AuditStatements {
                  SELECT namespace, run_key, CAST(1 AS BIGINT), seq, head FROM audit_heads \
              ) h ORDER BY namespace{c}, run_key{c}, src"
         );
+        // Effects come last in their key, in the events' columns: type,
+        // target, method, URL, `redacted_at`, headers, key, id, body.
         let scan = |filter: &str| {
             format!(
                 "SELECT namespace, run_key, src, seq, kind, actor, from_state, to_state, version, \
-                     detail, prev_hash, hash, created_at, archived_at FROM ( \
+                     detail, prev_hash, hash, created_at, archived_at, body FROM ( \
                      SELECT namespace, run_key, CAST(0 AS BIGINT) AS src, audit_seq AS seq, \
                          CAST(NULL AS TEXT) AS kind, CAST(NULL AS TEXT) AS actor, \
                          CAST(NULL AS TEXT) AS from_state, CAST(NULL AS TEXT) AS to_state, \
                          CAST(NULL AS BIGINT) AS version, CAST(NULL AS TEXT) AS detail, \
                          CAST(NULL AS TEXT) AS prev_hash, audit_head AS hash, \
-                         updated_at AS created_at, archived_at FROM runs {filter} \
+                         updated_at AS created_at, archived_at, CAST(NULL AS {blob}) AS body \
+                     FROM runs {filter} \
                      UNION ALL \
                      SELECT namespace, run_key, CAST(1 AS BIGINT), seq, NULL, NULL, NULL, NULL, \
-                         NULL, NULL, NULL, head, checkpoint_id, NULL FROM audit_heads {filter} \
+                         NULL, NULL, NULL, head, checkpoint_id, NULL, NULL FROM audit_heads {filter} \
                      UNION ALL \
                      SELECT namespace, run_key, CAST(2 AS BIGINT), seq, kind, actor, from_state, \
-                         to_state, version, detail, prev_hash, hash, created_at, NULL \
+                         to_state, version, detail, prev_hash, hash, created_at, NULL, NULL \
                      FROM audit_events {filter} \
+                     UNION ALL \
+                     SELECT namespace, run_key, CAST(3 AS BIGINT), CAST(0 AS BIGINT), effect_type, \
+                         target, method, url, redacted_at, headers, idempotency_key, id, created_at, \
+                         NULL, body FROM effects {filter} \
                  ) s ORDER BY namespace{c}, run_key{c}, src, seq"
             )
         };

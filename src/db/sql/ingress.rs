@@ -19,6 +19,16 @@ pub struct IngressStatements {
     pub raw_event_hash: String,
     /// The accepted raw delivery of an ingress run. Binds: source, event_id.
     pub accepted_raw_event: String,
+    /// Remembers a delivery's body for its source's window and returns the
+    /// event id the body counts under: the earlier one while its window is
+    /// open, else this delivery's. Binds: source, payload_hash, event_id,
+    /// now, expires_at.
+    pub remember_body: String,
+    /// Takes a remembered body over for this delivery (the earlier event's
+    /// run is gone). Binds as `remember_body`.
+    pub take_body: String,
+    /// Forgets bodies whose window closed. Binds: now.
+    pub forget_bodies: String,
 }
 
 impl IngressStatements {
@@ -34,8 +44,29 @@ impl IngressStatements {
             accepted_raw_event: "SELECT id FROM raw_events WHERE source = $1 AND event_id = $2 \
                  AND status = 'accepted'"
                 .into(),
+            remember_body: remember_body(),
+            take_body: "UPDATE ingress_bodies SET event_id = $3, seen_at = $4, expires_at = $5 \
+                 WHERE source = $1 AND payload_hash = $2"
+                .into(),
+            forget_bodies: "DELETE FROM ingress_bodies WHERE expires_at <= $1".into(),
         }
     }
+}
+
+/// The upsert of [`IngressStatements::remember_body`]: the stored row is
+/// kept while its window is open, else replaced by this delivery's.
+fn remember_body() -> String {
+    let keep = "ingress_bodies.expires_at > $4";
+    let column =
+        |c: &str| format!("{c} = CASE WHEN {keep} THEN ingress_bodies.{c} ELSE excluded.{c} END");
+    format!(
+        "INSERT INTO ingress_bodies (source, payload_hash, event_id, seen_at, expires_at) \
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (source, payload_hash) DO UPDATE SET {}, {}, {} \
+         RETURNING event_id",
+        column("event_id"),
+        column("seen_at"),
+        column("expires_at"),
+    )
 }
 
 impl Default for IngressStatements {

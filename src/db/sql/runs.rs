@@ -40,7 +40,7 @@ pub struct RunStatements {
     pub settled: String,
     /// One run. Binds: namespace, key.
     pub fetch: String,
-    /// The run holding a business key. Binds: business_key.
+    /// The run of a namespace holding a business key. Binds: namespace, business_key.
     pub fetch_by_business_key: String,
     /// Lease renewal. Binds: now, namespace, key, owner, version, lease_ms, max_life_ms.
     pub renew: String,
@@ -141,7 +141,7 @@ impl RunStatements {
             ),
             fetch: format!("SELECT {RUN_COLUMNS} FROM runs WHERE namespace = $1 AND run_key = $2"),
             fetch_by_business_key: format!(
-                "SELECT {RUN_COLUMNS} FROM runs WHERE business_key = $1"
+                "SELECT {RUN_COLUMNS} FROM runs WHERE namespace = $1 AND business_key = $2"
             ),
             renew: format!(
                 "UPDATE runs SET version = version + 1, prev_state = state, \

@@ -19,6 +19,7 @@ use crate::db::{Backend, Db, Finish};
 use crate::deadletter::{DeadLetterClass, DeadLetterInput};
 use crate::ledger::storage::{Result, StoreError};
 use crate::ledger::{Move, Moved, OwnerCall, Run};
+use crate::outbox::seal::add_seals;
 use crate::outbox::NewEffect;
 
 /// The actor of the expiry sweeper's moves.
@@ -130,7 +131,7 @@ async fn decide(tx: &mut Tx<'_>, d: &Decided) -> Result<Finish<Option<Run>>> {
         })?;
     let run = row.to_run()?;
     let types: Vec<&str> = d.effects.iter().map(|e| e.effect_type.as_str()).collect();
-    let detail = json!({
+    let mut detail = json!({
         "challenge_id": challenge.new.id,
         "decision": d.verdict.as_str(),
         "approver": d.approver,
@@ -139,6 +140,7 @@ async fn decide(tx: &mut Tx<'_>, d: &Decided) -> Result<Finish<Option<Run>>> {
         "effects": types,
         "waited_ms": run.updated_at - challenge.created_at,
     });
+    add_seals(&mut detail, &d.effects);
     record(tx, &row, &run, mv, &d.approver, detail).await?;
     // Consumed and moved, effects not yet inserted: a crash here must undo
     // the consume (one transaction or nothing).
@@ -186,13 +188,17 @@ async fn expire(tx: &mut Tx<'_>, id: &str, callback: Option<&NewEffect>) -> Resu
         .await?;
     if let Some(row) = moved {
         let run = row.to_run()?;
-        let detail = json!({
+        let mut detail = json!({
             "challenge_id": challenge.new.id,
             "operation": challenge.new.operation,
             "expired_at": challenge.new.expires_at,
             "escalation": challenge.new.escalation,
             "staged_effects": challenge.new.effects.iter().map(|e| e.effect_type.as_str()).collect::<Vec<_>>(),
         });
+        add_seals(
+            &mut detail,
+            callback.map(std::slice::from_ref).unwrap_or_default(),
+        );
         record(
             tx,
             &row,
@@ -248,6 +254,22 @@ impl<B: Backend> Db<B> {
 
 #[async_trait]
 impl<B: Backend> ApprovalStore for Db<B> {
+    async fn server_secret(&self, name: &str, candidate: &str) -> Result<String> {
+        let (name, candidate) = (name.to_owned(), candidate.to_owned());
+        self.commit(move |tx| {
+            Box::pin(async move {
+                let st = tx.st;
+                let at = tx.clock_now;
+                let args = Args::new().bind(&name).bind(&candidate).bind(at);
+                tx.execute(&st.approval.insert_secret, args).await?;
+                let (value,): (String,) =
+                    tx.one(&st.approval.secret, Args::new().bind(&name)).await?;
+                Ok(value)
+            })
+        })
+        .await
+    }
+
     async fn gate(
         &self,
         call: &OwnerCall,

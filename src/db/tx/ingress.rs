@@ -7,7 +7,9 @@ use serde_json::{json, Value};
 
 use super::chain::Foreseen;
 use super::deadletter::record_dead_letter;
-use super::ledger::{answer, approve_claimed_foreseen, first_entry, try_claim_foreseen, Attempt};
+use super::ledger::{
+    answer, approve_claimed_foreseen, fetch_in, first_entry, try_claim_foreseen, Attempt,
+};
 use super::outbox::insert_effect;
 use super::to_json;
 use crate::audit::AuditEntry;
@@ -21,6 +23,7 @@ use crate::ingress::port::IngressStore;
 use crate::ingress::RawEvent;
 use crate::ledger::storage::Result;
 use crate::ledger::{ClaimOutcome, ClaimRequest, Move, Run, RunState};
+use crate::outbox::seal::seals;
 use crate::outbox::NewEffect;
 
 /// Stores a raw delivery; the stored copy is evidence, redacted when rules
@@ -44,15 +47,31 @@ pub(crate) async fn insert_raw_event(tx: &mut Tx<'_>, event: &RawEvent) -> Resul
     Ok(())
 }
 
+/// What an accept transaction came to.
+enum Intaken {
+    /// The claim's attempt (won: accepted with its forward).
+    Claim(Attempt),
+    /// The same body came earlier under another event id, inside the
+    /// source's body window: nothing was written; the earlier event's run.
+    SameBody(Box<Run>),
+}
+
 /// Claims the ingress run and, when the claim wins, approves it with the
-/// forward effect and stores the raw event.
+/// forward effect and stores the raw event. With a body window, a body
+/// seen under another event id inside it is answered first.
 async fn accept(
     tx: &mut Tx<'_>,
     req: &ClaimRequest,
     event: &RawEvent,
     forward: &NewEffect,
+    body_window: Option<Millis>,
     foreseen: &[Foreseen; 2],
-) -> Result<Finish<Attempt>> {
+) -> Result<Finish<Intaken>> {
+    if let Some(window) = body_window {
+        if let Some(earlier) = earlier_event(tx, event, window).await? {
+            return Ok(Finish::Rollback(Intaken::SameBody(Box::new(earlier))));
+        }
+    }
     let attempt = try_claim_foreseen(tx, req, Some(&foreseen[0])).await?;
     let Attempt::Won {
         run,
@@ -60,7 +79,7 @@ async fn accept(
         reclaimed_from,
     } = attempt
     else {
-        return Ok(attempt.finish());
+        return Ok(attempt.finish().map(Intaken::Claim));
     };
     // Inside the accept transaction: a crash here rolls the claim back.
     crate::chaos::point("after_claim");
@@ -71,16 +90,45 @@ async fn accept(
     insert_effect(tx, &approved, forward).await?;
     insert_raw_event(tx, event).await?;
     tx.before_commit();
-    Ok(Finish::Commit(Attempt::Won {
+    Ok(Finish::Commit(Intaken::Claim(Attempt::Won {
         run: Box::new(approved),
         lease,
         reclaimed_from,
-    }))
+    })))
 }
 
-/// The approval's audit detail.
+/// Remembers the delivery's body for `window` and returns the run of the
+/// event it came under earlier inside the window, if that was another
+/// event id (the row's lock orders concurrent deliveries of one body). A
+/// remembered event whose run is gone (deleted by retention) gives the
+/// body over to this delivery.
+async fn earlier_event(tx: &mut Tx<'_>, event: &RawEvent, window: Millis) -> Result<Option<Run>> {
+    let st = tx.st;
+    let args = || {
+        Args::new()
+            .bind(&event.source)
+            .bind(event.payload_hash.as_str())
+            .bind(&event.event_id)
+            .bind(event.received_at)
+            .bind(event.received_at.saturating_add(window))
+    };
+    let (first,): (String,) = tx.one(&st.ingress.remember_body, args()).await?;
+    if first == event.event_id {
+        return Ok(None);
+    }
+    match fetch_in(tx, &event.source, &first).await? {
+        Some(run) => Ok(Some(run)),
+        None => {
+            tx.execute(&st.ingress.take_body, args()).await?;
+            Ok(None)
+        }
+    }
+}
+
+/// The approval's audit detail, with the forward's seal.
 pub(crate) fn approval_detail(event: &RawEvent, forward: &NewEffect) -> Value {
-    json!({ "effects": [forward.effect_type], "raw_event_id": event.id })
+    json!({ "effects": [forward.effect_type], "raw_event_id": event.id,
+        "seals": seals(std::slice::from_ref(forward)) })
 }
 
 /// A new event's two audit entries (claim, approval), hashed before the
@@ -142,19 +190,28 @@ impl<B: Backend> IngressStore for Db<B> {
         req: &ClaimRequest,
         event: &RawEvent,
         forward: &NewEffect,
+        body_window: Option<Millis>,
     ) -> Result<ClaimOutcome> {
-        if let Some(answer) = self.backend().accept_first(req, event, forward).await? {
-            return Ok(answer);
+        // The single-statement intake has no body window to consult.
+        if body_window.is_none() {
+            if let Some(answer) = self.backend().accept_first(req, event, forward).await? {
+                return Ok(answer);
+            }
         }
         let (owned, event, forward) = (req.clone(), event.clone(), forward.clone());
         let at = self.backend().clock().now_ms();
         let foreseen = foresee(self.backend().statements(), req, &event, &forward, at);
-        let attempt = self
+        let intaken = self
             .write(move |tx| {
-                Box::pin(async move { accept(tx, &owned, &event, &forward, &foreseen).await })
+                Box::pin(async move {
+                    accept(tx, &owned, &event, &forward, body_window, &foreseen).await
+                })
             })
             .await?;
-        answer(&self.reader(), req, attempt).await
+        match intaken {
+            Intaken::Claim(attempt) => answer(&self.reader(), req, attempt).await,
+            Intaken::SameBody(earlier) => Ok(ClaimOutcome::DuplicateOf(*earlier)),
+        }
     }
 
     async fn quarantine_event(&self, event: &RawEvent, run: &Run) -> Result<()> {

@@ -16,6 +16,7 @@ use crate::db::Finish;
 use crate::deadletter::{ActionOutcome, DeadLetter, Refusal, ReplaceCommand, Resolution};
 use crate::ledger::storage::{Result, StoreError};
 use crate::ledger::{ClaimRequest, Move, Namespace, Run, RunState};
+use crate::outbox::seal::seals;
 
 /// `replace`: the record closed, the original run finished
 /// (`failed_terminal`, when it was stopped), and a new run under the
@@ -108,7 +109,7 @@ async fn claim_replacement(
     };
     let types: Vec<&str> = cmd.effects.iter().map(|e| e.effect_type.as_str()).collect();
     let detail = json!({ "effects": types, "replaces": { "namespace": dl.namespace, "key": dl.key,
-        "dead_letter_id": dl.id }, "reason": cmd.reason });
+        "dead_letter_id": dl.id }, "reason": cmd.reason, "seals": seals(&cmd.effects) });
     Ok(Some(
         approve_claimed(tx, &run, &lease, &cmd.actor, detail).await?,
     ))

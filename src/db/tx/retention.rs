@@ -102,6 +102,17 @@ impl<B: Backend> RetentionStore for Db<B> {
             .await
     }
 
+    async fn forget_ingress_bodies(&self, now: i64) -> Result<u64> {
+        self.commit(move |tx| {
+            Box::pin(async move {
+                let st = tx.st;
+                tx.execute(&st.ingress.forget_bodies, Args::new().bind(now))
+                    .await
+            })
+        })
+        .await
+    }
+
     async fn scrub_effect_bodies(&self, limit: i64, now: i64) -> Result<u64> {
         let rd = self.reader();
         let (namespaces, any) = rd.st.redactor.namespaces();

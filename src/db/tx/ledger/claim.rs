@@ -193,7 +193,7 @@ pub(crate) async fn answer(
             let holder: Option<RunRow> = rd
                 .optional(
                     &rd.st.runs.fetch_by_business_key,
-                    Args::new().bind(business_key),
+                    Args::new().bind(req.namespace.as_str()).bind(business_key),
                 )
                 .await?;
             match holder {

@@ -9,6 +9,7 @@ use crate::db::rows::RunRow;
 use crate::db::Finish;
 use crate::ledger::storage::Result;
 use crate::ledger::{Lease, Move, Moved, OwnerCall, OwnerMove};
+use crate::outbox::seal::add_seals;
 use crate::outbox::NewEffect;
 use serde_json::{json, Value};
 
@@ -88,6 +89,8 @@ pub(super) async fn conclude(
         return Ok(Finish::Rollback(Owned::Lost));
     };
     let run = row.to_run()?;
+    let mut detail = detail;
+    add_seals(&mut detail, effects);
     record(tx, &row, &run, kind, &call.actor, detail).await?;
     for effect in effects {
         insert_effect(tx, &run, effect).await?;

@@ -1,0 +1,71 @@
+//! Which runs a caller reaches, by namespace (DESIGN.md §5: "Tokens are
+//! scoped to namespaces").
+//!
+//! Two rules, checked wherever the API takes a run's namespace from a
+//! token's request: the token's allow-list ([`crate::tokens::Namespaces`])
+//! must reach the namespace, for moves and reads alike; and a configured
+//! webhook source's namespace belongs to ingress, so no token claims or
+//! moves a run in it (a claim there would quarantine the signed delivery
+//! that arrives later under the same event id). Reads of a source's runs
+//! stay open to tokens whose list reaches them.
+
+use super::error::{ApiError, Result};
+use crate::ledger::Namespace;
+use crate::state::AppState;
+use crate::tokens::Principal;
+
+/// What the caller means to do with runs of a namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Access {
+    /// Claim, move, commit, gate, record output, cancel, report.
+    Act,
+    /// Look at runs, effects, timelines, links.
+    Read,
+}
+
+/// Parses a namespace from a request and checks that `caller` reaches it.
+///
+/// # Errors
+/// [`ApiError::Invalid`] for a malformed namespace, else as [`check`].
+pub(super) fn namespace(
+    app: &AppState,
+    caller: &Principal,
+    raw: String,
+    access: Access,
+) -> Result<Namespace> {
+    let namespace = Namespace::parse(raw)?;
+    check(app, caller, namespace.as_str(), access)?;
+    Ok(namespace)
+}
+
+/// Checks that `caller` reaches `namespace` for `access`.
+///
+/// # Errors
+/// [`ApiError::NamespaceRefused`] (403): `namespace-not-allowed` outside
+/// the token's allow-list, `namespace-reserved` when a token would act in
+/// a webhook source's namespace.
+pub(super) fn check(
+    app: &AppState,
+    caller: &Principal,
+    namespace: &str,
+    access: Access,
+) -> Result<()> {
+    if !caller.reaches(namespace) {
+        let list = caller.namespaces.describe().unwrap_or_default();
+        return Err(ApiError::NamespaceRefused {
+            slug: "namespace-not-allowed",
+            detail: format!("this token reaches only the namespaces {list}, not {namespace:?}"),
+        });
+    }
+    if access == Access::Act && app.sources.get(namespace).is_some() {
+        return Err(ApiError::NamespaceRefused {
+            slug: "namespace-reserved",
+            detail: format!(
+                "namespace {namespace:?} belongs to the webhook source of that name: \
+                 its runs are made by POST /hooks/{namespace} only; claim the business \
+                 run in a namespace of your own"
+            ),
+        });
+    }
+    Ok(())
+}
