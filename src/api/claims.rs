@@ -148,8 +148,26 @@ impl ClaimBody {
             }
         };
         let lease_ms = app.ledger().lease(self.lease_ms)?.get();
+        let namespace = Namespace::parse(self.namespace)?;
+        if namespace
+            .as_str()
+            .starts_with(crate::proxy::NAMESPACE_PREFIX)
+        {
+            // The proxy's keys replay what their run holds: a claim there
+            // could plant an answer for another caller's key.
+            return Err(ApiError::Refusal {
+                status: axum::http::StatusCode::FORBIDDEN,
+                slug: "namespace-reserved",
+                detail: format!(
+                    "namespaces starting with {:?} belong to the Idempotency-Key proxy",
+                    crate::proxy::NAMESPACE_PREFIX
+                ),
+                field: Some("namespace"),
+                retry_after: None,
+            });
+        }
         Ok(ClaimRequest {
-            namespace: Namespace::parse(self.namespace)?,
+            namespace,
             key: IdempotencyKey::parse(self.key)?,
             business_key: self.business_key.map(BusinessKey::parse).transpose()?,
             payload_hash,

@@ -238,6 +238,7 @@ pub trait Store:
     + RetentionStore
     + RecoveryStore
     + GaugeStore
+    + crate::proxy::ProxyStore
     + Admin
     + fmt::Debug
     + 'static

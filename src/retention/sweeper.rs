@@ -12,6 +12,7 @@ use crate::audit::port::AuditStore;
 use crate::audit::{write_checkpoint, CheckpointReason, Redactor};
 use crate::clock::Millis;
 use crate::ledger::storage::StoreError;
+use crate::proxy::ProxyStore;
 use crate::retention::port::RetentionStore;
 
 /// Bodies scrubbed per statement batch.
@@ -43,7 +44,7 @@ pub enum SweepError {
 ///
 /// # Errors
 /// [`SweepError`]; work committed before the error stays done.
-pub async fn sweep<S: RetentionStore + AuditStore + ?Sized>(
+pub async fn sweep<S: RetentionStore + AuditStore + ProxyStore + ?Sized>(
     store: &S,
     config: &RetentionConfig,
     redactor: &Redactor,
@@ -58,6 +59,14 @@ pub async fn sweep<S: RetentionStore + AuditStore + ?Sized>(
         loop {
             let n = store.scrub_effect_bodies(SCRUB_BATCH, now).await?;
             report.scrubbed += n;
+            if n < SCRUB_BATCH as u64 {
+                break;
+            }
+        }
+        // Answers past their proxy's window (the draft's expiry policy).
+        loop {
+            let n = store.purge_answers(SCRUB_BATCH).await?;
+            report.proxy_answers_deleted += n;
             if n < SCRUB_BATCH as u64 {
                 break;
             }

@@ -33,6 +33,8 @@ mod lab;
 // n8n integration (examples/n8n, docs/n8n.md)
 mod n8n;
 mod process;
+// The Idempotency-Key proxy (issue 21).
+mod proxy;
 mod recovery;
 mod redaction;
 mod retention;
