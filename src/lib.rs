@@ -33,6 +33,9 @@
 //!   that answers "did we process, did we send, who approved, which model".
 //! - [`metrics`]: Prometheus metrics: the registry, typed record calls,
 //!   bounded labels, the gauges read at scrape time.
+//! - [`proxy`]: the Idempotency-Key proxy (`ANY /proxy/{name}/{path}`):
+//!   a synchronous call forwarded at most once per key, its answer stored
+//!   and replayed, an unknown outcome never resent; each key a ledger run.
 //! - [`retention`]: the retention sweeper: old terminal runs archived to
 //!   JSONL and slimmed to tombstones, old tombstones deleted.
 //! - [`lab`]: the Retry Lab (`oncegate lab`), a seeded simulator that runs
@@ -112,6 +115,7 @@ pub mod ledger;
 pub mod lifecycle;
 pub mod metrics;
 pub mod outbox;
+pub mod proxy;
 pub mod retention;
 pub mod state;
 pub mod tokens;

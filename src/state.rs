@@ -62,6 +62,8 @@ pub struct Shared {
     pub kill_switch: KillSwitch,
     /// Compiled output schemas of the operations (the AI step contract).
     pub schemas: Arc<OutputSchemas>,
+    /// The Idempotency-Key proxies, prepared at start.
+    pub proxies: Arc<crate::proxy::Proxies>,
     /// What dead-letter replays run in (the store, the declared operations,
     /// the dispatcher's wake-up), built once and shared by the API, the
     /// console and the bulk replay runner.
@@ -88,6 +90,17 @@ impl Shared {
             runs: self.store.as_ref(),
             metrics: &self.metrics,
             wake: &self.wake,
+        }
+    }
+
+    /// The Idempotency-Key proxy's calls over this state.
+    pub fn proxy(&self) -> crate::proxy::Proxy<'_> {
+        crate::proxy::Proxy {
+            proxies: &self.proxies,
+            ledger: self.ledger(),
+            store: self.store.as_ref(),
+            switch: &self.kill_switch,
+            clock: self.clock.as_ref(),
         }
     }
 

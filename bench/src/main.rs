@@ -6,6 +6,8 @@
 //!   the duplicate storm, growth and peak memory, with the target ratios.
 //!   `--smoke` runs a few seconds of it and checks answers only (CI).
 //! - `dispatch`: outbox throughput and commit-to-send latency, in process.
+//! - `proxy`: the Idempotency-Key proxy against a local upstream (straight,
+//!   new keys, replays) beside the no-op floor, in one run.
 //!
 //! `scripts/bench` builds the release binaries and runs the suite.
 
@@ -17,6 +19,7 @@ mod dispatch;
 mod growth;
 mod load;
 mod pgbench;
+mod proxy;
 mod server;
 mod suite;
 mod targets;
@@ -36,6 +39,9 @@ enum Bench {
     Suite(suite::SuiteArgs),
     /// Outbox dispatch throughput and commit-to-send latency.
     Dispatch(dispatch::DispatchArgs),
+    /// The Idempotency-Key proxy: a local upstream straight and through
+    /// the proxy (new keys, replays), beside the no-op floor.
+    Proxy(proxy::ProxyArgs),
 }
 
 #[tokio::main]
@@ -43,5 +49,6 @@ async fn main() -> Result<()> {
     match Cli::parse().bench {
         Bench::Suite(args) => suite::run(args).await,
         Bench::Dispatch(args) => dispatch::run(args).await,
+        Bench::Proxy(args) => proxy::run(args).await,
     }
 }

@@ -32,6 +32,8 @@ pub struct ServerSpec<'a> {
     pub max_connections: u32,
     /// Extra `ONCEGATE_*` variables (`NAME=value`).
     pub env: &'a [String],
+    /// TOML appended to the server's configuration (more targets, proxies).
+    pub extra_config: &'a str,
 }
 
 impl Server {
@@ -39,7 +41,8 @@ impl Server {
     pub fn start(spec: &ServerSpec<'_>) -> Result<Self> {
         let dir = tempfile::tempdir()?;
         let config = dir.path().join("oncegate.toml");
-        std::fs::write(&config, config_text(spec.db_url, spec.max_connections))?;
+        let text = config_text(spec.db_url, spec.max_connections) + spec.extra_config;
+        std::fs::write(&config, text)?;
         let mut cmd = Command::new(spec.bin);
         cmd.args(["--log-format", "json", "serve"]);
         for (name, _) in std::env::vars() {
@@ -148,7 +151,7 @@ fn config_text(db_url: &str, max_connections: u32) -> String {
     let digest = format!("sha256:{}", hex::encode(Sha256::digest(TOKEN.as_bytes())));
     format!(
         "[database]\nurl = \"{db_url}\"\nmax_connections = {max_connections}\n\n\
-         [[tokens]]\nsubject = \"bench\"\ndigest = \"{digest}\"\nscopes = [\"workflow\"]\n\n\
+         [[tokens]]\nsubject = \"bench\"\ndigest = \"{digest}\"\nscopes = [\"workflow\", \"proxy\"]\n\n\
          [[targets]]\nname = \"n8n\"\nbase_url = \"http://127.0.0.1:9/webhook\"\nkind = \"workflow\"\n\n\
          [[sources]]\nname = \"stripe\"\nscheme = \"stripe\"\nsecrets = [\"{STRIPE_SECRET}\"]\n\
          target = \"n8n\"\n"

@@ -202,6 +202,7 @@ async fn throughput_phases(
         db_url: &db.url,
         max_connections: args.pool,
         env: &args.server_env,
+        extra_config: "",
     })?;
     let addr = server.addr;
     let (warmup, window) = (args.warmup(), args.window());
@@ -343,6 +344,7 @@ async fn growth_phases(
             db_url: &db.url,
             max_connections: args.pool,
             env: &args.server_env,
+            extra_config: "",
         })?;
         growth::seed(&db, rows).await?;
         let c = args.growth_connections;

@@ -6,8 +6,9 @@
 //! must reach the namespace, for moves and reads alike; and a configured
 //! webhook source's namespace belongs to ingress, so no token claims or
 //! moves a run in it (a claim there would quarantine the signed delivery
-//! that arrives later under the same event id). Reads of a source's runs
-//! stay open to tokens whose list reaches them.
+//! that arrives later under the same event id), nor in the Idempotency-Key
+//! proxy's namespaces. Reads of those runs stay open to tokens whose list
+//! reaches them.
 
 use super::error::{ApiError, Result};
 use crate::ledger::Namespace;
@@ -43,7 +44,7 @@ pub(super) fn namespace(
 /// # Errors
 /// [`ApiError::NamespaceRefused`] (403): `namespace-not-allowed` outside
 /// the token's allow-list, `namespace-reserved` when a token would act in
-/// a webhook source's namespace.
+/// a webhook source's or a proxy's namespace.
 pub(super) fn check(
     app: &AppState,
     caller: &Principal,
@@ -64,6 +65,17 @@ pub(super) fn check(
                 "namespace {namespace:?} belongs to the webhook source of that name: \
                  its runs are made by POST /hooks/{namespace} only; claim the business \
                  run in a namespace of your own"
+            ),
+        });
+    }
+    if access == Access::Act && namespace.starts_with(crate::proxy::NAMESPACE_PREFIX) {
+        // The proxy's keys replay what their run holds: a token acting
+        // there could plant an answer for another caller's key.
+        return Err(ApiError::NamespaceRefused {
+            slug: "namespace-reserved",
+            detail: format!(
+                "namespaces starting with {:?} belong to the Idempotency-Key proxy",
+                crate::proxy::NAMESPACE_PREFIX
             ),
         });
     }

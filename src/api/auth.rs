@@ -100,3 +100,16 @@ pub async fn approver_or_operator(
 ) -> Result<Response, ApiError> {
     require(&app, &[Scope::Approver, Scope::Operator], req, next).await
 }
+
+/// Middleware for the Idempotency-Key proxy (`/proxy/{name}/…`): tokens
+/// with the proxy scope (admins hold every scope).
+///
+/// # Errors
+/// As [`require`].
+pub async fn proxy(
+    State(app): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    require(&app, &[Scope::Proxy], req, next).await
+}

@@ -129,6 +129,21 @@ pub enum ApiError {
     /// An approval decision was refused; nothing was sent.
     #[error("{0}")]
     ApprovalRefused(crate::approval::Refusal),
+    /// A refusal whose status and problem type its part chose (the
+    /// Idempotency-Key proxy's).
+    #[error("{detail}")]
+    Refusal {
+        /// The HTTP status.
+        status: StatusCode,
+        /// The problem type's slug.
+        slug: &'static str,
+        /// What went wrong, and whether anything was sent.
+        detail: String,
+        /// The header or field at fault, when one is.
+        field: Option<&'static str>,
+        /// Seconds to wait before retrying, when the caller should.
+        retry_after: Option<u64>,
+    },
     /// Something on our side failed.
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -167,6 +182,7 @@ impl ApiError {
             Self::Conflict { .. } => StatusCode::CONFLICT,
             Self::OutputInvalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::ApprovalRefused(refusal) => refusal_status(refusal),
+            Self::Refusal { status, .. } => *status,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Unavailable(_) | Self::BodyBudget { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -191,6 +207,7 @@ impl ApiError {
             Self::Conflict { slug, .. } => slug,
             Self::OutputInvalid { .. } => "output-invalid",
             Self::ApprovalRefused(refusal) => refusal.slug(),
+            Self::Refusal { slug, .. } => slug,
             Self::Internal(_) => "internal",
             Self::Unavailable(_) => "database-unavailable",
             Self::BodyBudget { .. } => "body-budget-exhausted",
@@ -265,6 +282,7 @@ impl IntoResponse for ApiError {
                 current.as_ref().map(|r| r.version.get()),
             ),
             Self::Refused { state, .. } => (None, state.clone(), None),
+            Self::Refusal { field, .. } => (field.map(str::to_owned), None, None),
             Self::OutputInvalid {
                 exhausted: true, ..
             } => (None, Some("failed_terminal".to_owned()), None),
@@ -309,6 +327,13 @@ impl IntoResponse for ApiError {
                 header::RETRY_AFTER,
                 HeaderValue::from_static(UNAVAILABLE_RETRY_AFTER_SECS),
             );
+        }
+        if let Self::Refusal {
+            retry_after: Some(secs),
+            ..
+        } = &self
+        {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(*secs));
         }
         response
     }

@@ -79,7 +79,7 @@ pub(crate) async fn receive(
 
 /// Why a body could not be read: over the limit (413), stalled past the
 /// body read timeout (408), or cut off (400).
-fn unreadable(err: axum::Error, limit: usize, timeout_ms: u64) -> ApiError {
+pub(super) fn unreadable(err: axum::Error, limit: usize, timeout_ms: u64) -> ApiError {
     let err = err.into_inner();
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err.as_ref());
     while let Some(e) = cause {

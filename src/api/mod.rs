@@ -33,6 +33,7 @@ pub(crate) mod hooks;
 mod noop;
 pub mod openapi;
 mod part_errors;
+mod proxy;
 pub mod runs;
 // The request span and the duration histogram.
 pub mod telemetry;
@@ -54,6 +55,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .merge(timeline::router(state.clone()))
         .merge(gate::router(state.clone()))
         .merge(approvals::router(state.clone()))
+        .merge(proxy::router(state.clone()))
         .merge(noop::router(state))
 }
 

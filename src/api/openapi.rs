@@ -47,6 +47,8 @@ use crate::state::AppState;
         super::gate::gate,
         super::approvals::list,
         super::noop::noop,
+        super::proxy::forward,
+        super::proxy::resolve,
     ),
     components(schemas(super::Problem)),
     modifiers(&BearerAuth),
@@ -58,6 +60,7 @@ use crate::state::AppState;
         (name = "dead letters", description = "Dead letters: list, inspect, resolve, replay, replace; bulk replay jobs"),
         (name = "audit", description = "A key's timeline and hash-chain status"),
         (name = "approvals", description = "Model output, the gate, the approvals inbox"),
+        (name = "proxy", description = "The Idempotency-Key proxy and the resolution of its unknown keys"),
     )
 )]
 pub struct ApiDoc;

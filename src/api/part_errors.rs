@@ -131,3 +131,38 @@ impl From<crate::approval::card::UnknownState> for ApiError {
         Self::invalid("state", err.to_string())
     }
 }
+
+impl From<crate::proxy::ProxyError> for ApiError {
+    fn from(err: crate::proxy::ProxyError) -> Self {
+        use crate::proxy::ProxyError as E;
+        match err {
+            E::Store(err) => err.into(),
+            E::UnknownProxy(_) => Self::NotFound(err.to_string()),
+            err => Self::Refusal {
+                status: axum::http::StatusCode::from_u16(err.status())
+                    .unwrap_or(axum::http::StatusCode::BAD_GATEWAY),
+                slug: err.slug(),
+                field: err.field(),
+                retry_after: err.retry_after_secs(),
+                detail: err.to_string(),
+            },
+        }
+    }
+}
+
+impl From<crate::proxy::resolve::ResolveError> for ApiError {
+    fn from(err: crate::proxy::resolve::ResolveError) -> Self {
+        use crate::proxy::resolve::ResolveError as E;
+        match err {
+            E::Store(err) => err.into(),
+            E::NotUnknown { .. } => Self::Conflict {
+                slug: "idempotency-key-not-unknown",
+                detail: err.to_string(),
+            },
+            E::Refused(detail) => Self::Conflict {
+                slug: "dead-letter-refused",
+                detail,
+            },
+        }
+    }
+}

@@ -90,6 +90,8 @@ pub async fn build_state(
     let sources = Sources::prepare(&config.sources, &config.targets).map_err(anyhow::Error::msg)?;
     let schemas = crate::approval::operation::output_schemas(&config.operations)
         .map_err(anyhow::Error::msg)?;
+    let proxies = crate::proxy::Proxies::prepare(&config.proxies, &config.targets)
+        .map_err(anyhow::Error::msg)?;
     let wake = Arc::new(Notify::new());
     let replay = ReplayContext::new(
         store.clone(),
@@ -104,6 +106,7 @@ pub async fn build_state(
         wake,
         kill_switch: KillSwitch::new(store.clone()),
         sources: Arc::new(sources),
+        proxies: Arc::new(proxies),
         store,
         auth: Arc::new(auth),
         metrics: Arc::new(metrics),

@@ -58,6 +58,9 @@ pub enum Command {
     /// Dead letters: list, show, resolve, replay, replace, bulk replay jobs
     /// (talks to the running server; needs an operator token).
     Dlq(DlqArgs),
+    /// The Idempotency-Key proxy: resolve an unknown key as found or not
+    /// found (talks to the running server; needs an operator token).
+    Proxy(super::proxy::ProxyArgs),
     /// The audit log: verify chains and checkpoints, write a checkpoint.
     Audit {
         /// The audit command.

@@ -187,12 +187,13 @@ pub(super) struct Client {
 }
 
 impl Client {
-    fn new(args: &DlqArgs, config: &Config) -> Result<Self> {
-        let token = args
-            .token
-            .clone()
+    /// A client of the server at `url` (default: `server.listen`) with an
+    /// operator `token`.
+    pub(super) fn new(url: Option<&str>, token: Option<&str>, config: &Config) -> Result<Self> {
+        let token = token
+            .map(str::to_owned)
             .context("an operator token is required: set ONCEGATE_TOKEN (or --token)")?;
-        let base = args.url.clone().unwrap_or_else(|| {
+        let base = url.map(str::to_owned).unwrap_or_else(|| {
             let listen = config.server.listen;
             let host = if listen.ip().is_unspecified() {
                 "127.0.0.1".to_owned()
@@ -266,7 +267,7 @@ pub(super) fn text(v: &Value) -> String {
 /// The server could not be reached or refused the command (its problem
 /// detail is shown).
 pub async fn run(args: DlqArgs, config: &Config) -> Result<()> {
-    let client = Client::new(&args, config)?;
+    let client = Client::new(args.url.as_deref(), args.token.as_deref(), config)?;
     let json_out = args.json;
     let out = match args.command {
         DlqCommand::List {

@@ -3,8 +3,8 @@
 //! `main.rs` parses the command line (the types in `args.rs`), loads the
 //! configuration and sets up logging, then hands the command to [`run`].
 //! `serve` is the composition root's ([`crate::app::serve`]); every other
-//! command opens the database directly (like `migrate`), except `dlq`,
-//! which talks to the running server over its API.
+//! command opens the database directly (like `migrate`), except `dlq` and
+//! `proxy`, which talk to the running server over its API.
 
 use std::sync::Arc;
 
@@ -25,6 +25,7 @@ mod dlq;
 mod dlq_jobs;
 mod dlq_show;
 mod lab;
+mod proxy;
 mod recovery;
 mod retention;
 mod runs;
@@ -35,6 +36,7 @@ pub use args::{
     LabCrashPoint, RecoveryCommand, RetentionCommand, RunsCommand, TokenCommand,
 };
 pub use dlq::{DlqArgs, DlqCommand, JobsCommand};
+pub use proxy::{ProxyArgs, ProxyCommand};
 pub use token::new_token_text;
 
 /// Runs a parsed command with its loaded configuration.
@@ -64,6 +66,7 @@ pub async fn run(command: Command, config: Config) -> Result<()> {
         }
         Command::Actions { command } => actions::run(command, &config).await,
         Command::Dlq(args) => dlq::run(args, &config).await,
+        Command::Proxy(args) => proxy::run(args, &config).await,
         Command::Audit { command } => audit::run(command, &config).await,
         Command::Retention { command } => retention::run(command, &config).await,
         Command::Recovery { command } => recovery::run(command, &config).await,

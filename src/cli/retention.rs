@@ -41,8 +41,9 @@ pub async fn run(command: RetentionCommand, config: &Config) -> Result<()> {
     );
     if !dry_run {
         println!(
-            "{} delivered effect body(ies) replaced by their redacted form",
-            report.scrubbed
+            "{} delivered effect body(ies) replaced by their redacted form, \
+             {} proxy answer(s) past their window deleted",
+            report.scrubbed, report.proxy_answers_deleted
         );
     }
     for file in &report.files {

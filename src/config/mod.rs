@@ -11,7 +11,6 @@
 //! target, the approval links' address, the dispatcher's lease against the
 //! targets' timeouts). Each part is handed only its own sections.
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -19,7 +18,9 @@ use serde::Deserialize;
 use crate::approval::{GatePolicy, OperationConfig};
 use crate::ingress::SourceConfig;
 use crate::outbox::{DispatcherConfig, TargetConfig};
+use lists::validate_list;
 
+mod lists;
 pub mod sections;
 
 pub use crate::ledger::LedgerConfig;
@@ -115,6 +116,8 @@ pub struct Config {
     pub approvals: crate::approval::ApprovalsConfig,
     /// The recovery sweeper (stranded runs, spent reclaim budgets).
     pub recovery: crate::ledger::RecoveryConfig,
+    /// Idempotency-Key proxies in front of targets (`/proxy/{name}/…`).
+    pub proxies: Vec<crate::proxy::ProxyConfig>,
 }
 
 /// Environment variables that override the file, and the field each sets.
@@ -250,7 +253,19 @@ impl Config {
         self.recovery.validate()?;
         self.approvals.validate()?;
         self.dispatcher.validate()?;
-        self.validate_relations()
+        validate_list(
+            "proxies",
+            &self.proxies,
+            "used",
+            crate::proxy::ProxyConfig::validate,
+        )?;
+        self.validate_relations()?;
+        let bounds = crate::proxy::config::Bounds {
+            max_lease_ms: self.ledger.max_lease_ms,
+            request_timeout_ms: self.server.request_timeout_ms,
+        };
+        crate::proxy::config::validate_relations(&self.proxies, &self.targets, bounds)?;
+        Ok(())
     }
 
     /// The checks that read two sections: every source forwards to a
@@ -323,51 +338,6 @@ impl Config {
     pub fn source(&self, name: &str) -> Option<&SourceConfig> {
         self.sources.iter().find(|s| s.name == name)
     }
-}
-
-/// An entry of a `[[list]]` section, known by its name.
-trait Named {
-    fn name(&self) -> &str;
-}
-
-impl Named for TargetConfig {
-    fn name(&self) -> &str {
-        &self.name
-    }
-}
-
-impl Named for SourceConfig {
-    fn name(&self) -> &str {
-        &self.name
-    }
-}
-
-impl Named for OperationConfig {
-    fn name(&self) -> &str {
-        &self.name
-    }
-}
-
-/// Checks each entry of the `[[section]]` list with its own `validate`,
-/// and that no two share a name ("… is {verb} twice").
-fn validate_list<T: Named>(
-    section: &str,
-    list: &[T],
-    verb: &str,
-    validate: impl Fn(&T, &str) -> Result<(), (String, String)>,
-) -> Result<(), ConfigError> {
-    let mut seen = HashSet::new();
-    for (i, entry) in list.iter().enumerate() {
-        let at = format!("{section}[{i}]");
-        validate(entry, &at)?;
-        if !seen.insert(entry.name()) {
-            return Err(ConfigError::field(
-                format!("{at}.name"),
-                format!("{:?} is {verb} twice", entry.name()),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// An operation checks itself; the names of oncegate's own effects are

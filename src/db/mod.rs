@@ -248,6 +248,7 @@ pub trait Store:
     + RetentionStore
     + RecoveryStore
     + GaugeStore
+    + crate::proxy::ProxyStore
     + Admin
     + fmt::Debug
     + 'static

@@ -148,6 +148,10 @@ pub enum Move {
     /// `processing -> dead_lettered`: the recovery sweeper found the run's
     /// lease expired more than `stranded_after` ago, and nobody reclaimed it.
     Stranded,
+    /// `processing -> dead_lettered` by the lease owner: the Idempotency-Key
+    /// proxy sent the request and its outcome is unknown (DESIGN.md §10);
+    /// an operator decides.
+    OutcomeUnknown,
 }
 
 impl Move {
@@ -165,7 +169,8 @@ impl Move {
             | Self::Gate
             | Self::ExecutionFailed
             | Self::WorkflowError
-            | Self::Stranded => &[Processing],
+            | Self::Stranded
+            | Self::OutcomeUnknown => &[Processing],
             Self::ApprovalConsumed | Self::ApprovalRejected | Self::ApprovalExpired => {
                 &[AwaitingHuman]
             }
@@ -193,7 +198,8 @@ impl Move {
             | Self::EffectsFailed
             | Self::ReclaimBudgetExhausted
             | Self::WorkflowError
-            | Self::Stranded => DeadLettered,
+            | Self::Stranded
+            | Self::OutcomeUnknown => DeadLettered,
         }
     }
 
@@ -222,6 +228,7 @@ impl Move {
             Self::WorkflowError => "workflow_error",
             Self::ReplayRelease => "replay_release",
             Self::Stranded => "stranded",
+            Self::OutcomeUnknown => "outcome_unknown",
         }
     }
 
@@ -280,7 +287,7 @@ mod tests {
         (DeadLettered, FailedRetryable),
     ];
 
-    const MOVES: [Move; 22] = [
+    const MOVES: [Move; 23] = [
         Move::Claim,
         Move::Reclaim,
         Move::Renew,
@@ -303,6 +310,7 @@ mod tests {
         Move::WorkflowError,
         Move::ReplayRelease,
         Move::Stranded,
+        Move::OutcomeUnknown,
     ];
 
     #[test]

@@ -58,6 +58,12 @@ impl TargetRuntime {
         })
     }
 
+    /// The target's HTTP client (no redirects, the target's timeouts), for
+    /// the Idempotency-Key proxy's forwards.
+    pub fn client(&self) -> &reqwest::Client {
+        &self.client
+    }
+
     /// Waits for the target's rate limit.
     pub async fn pace(&self) {
         if self.config.rate_per_second == 0 {

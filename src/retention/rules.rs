@@ -231,6 +231,8 @@ pub struct SweepReport {
     pub slimmed: u64,
     /// Tombstones deleted.
     pub tombstones_deleted: u64,
+    /// Idempotency-Key proxy answers deleted after their window.
+    pub proxy_answers_deleted: u64,
     /// Archive files written.
     pub files: Vec<String>,
     /// Dry run: nothing was written.

@@ -12,6 +12,7 @@ use crate::audit::port::AuditStore;
 use crate::audit::{write_checkpoint, CheckpointReason, Redactor};
 use crate::clock::Millis;
 use crate::ledger::storage::StoreError;
+use crate::proxy::ProxyStore;
 use crate::retention::port::RetentionStore;
 
 /// Bodies scrubbed per statement batch.
@@ -43,7 +44,7 @@ pub enum SweepError {
 ///
 /// # Errors
 /// [`SweepError`]; work committed before the error stays done.
-pub async fn sweep<S: RetentionStore + AuditStore + ?Sized>(
+pub async fn sweep<S: RetentionStore + AuditStore + ProxyStore + ?Sized>(
     store: &S,
     config: &RetentionConfig,
     redactor: &Redactor,
@@ -63,6 +64,14 @@ pub async fn sweep<S: RetentionStore + AuditStore + ?Sized>(
             }
         }
         store.forget_ingress_bodies(now).await?;
+        // Answers past their proxy's window (the draft's expiry policy).
+        loop {
+            let n = store.purge_answers(SCRUB_BATCH).await?;
+            report.proxy_answers_deleted += n;
+            if n < SCRUB_BATCH as u64 {
+                break;
+            }
+        }
     }
     for sel in config.selections(now, false) {
         archive_window(store, config, redactor, &sel, now, &mut report).await?;

@@ -15,6 +15,9 @@ pub enum Scope {
     Operator,
     /// Decide approval challenges.
     Approver,
+    /// Call upstream APIs through the Idempotency-Key proxy
+    /// (`/proxy/{name}/…`) with the targets' credentials.
+    Proxy,
     /// Everything.
     Admin,
 }
@@ -26,15 +29,22 @@ impl Scope {
             Self::Workflow => "workflow",
             Self::Operator => "operator",
             Self::Approver => "approver",
+            Self::Proxy => "proxy",
             Self::Admin => "admin",
         }
     }
 
     /// Parses a configured name.
     pub fn parse(name: &str) -> Option<Self> {
-        [Self::Workflow, Self::Operator, Self::Approver, Self::Admin]
-            .into_iter()
-            .find(|s| s.as_str() == name)
+        [
+            Self::Workflow,
+            Self::Operator,
+            Self::Approver,
+            Self::Proxy,
+            Self::Admin,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == name)
     }
 }
 

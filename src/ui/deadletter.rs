@@ -88,6 +88,9 @@ fn flash(done: &Done) -> Markup {
 
 fn commands(viewer: &Operator, dl: &DeadLetter) -> Markup {
     let replayable = dl.class.stops_run() && dl.current_state == Some(RunState::DeadLettered);
+    if replayable && dl.namespace.starts_with(crate::proxy::NAMESPACE_PREFIX) {
+        return proxy_commands(viewer, dl);
+    }
     html! {
         div.charts {
             @if replayable {
@@ -122,6 +125,32 @@ fn commands(viewer: &Operator, dl: &DeadLetter) -> Markup {
                 label for="resolve-note" { "Note (required)" }
                 textarea #resolve-note name="note" required maxlength="2000" {}
                 button.danger type="submit" { "Resolve" }
+            }
+        }
+    }
+}
+
+/// An unknown key of the Idempotency-Key proxy: the operator checked the
+/// upstream and says whether the request happened (docs/proxy.md).
+fn proxy_commands(viewer: &Operator, dl: &DeadLetter) -> Markup {
+    html! {
+        div.charts {
+            form.card.stack method="post" action={ "/ui/dead-letters/" (dl.id) "/resolve" } aria-labelledby="found-h" {
+                h2 #found-h { "Found upstream" }
+                p.note { "The upstream carried the request out: the key closes and is never forwarded again (resolved as compensated)." }
+                input type="hidden" name="csrf" value=(viewer.csrf(&purpose("resolve", &dl.id)));
+                input type="hidden" name="resolution" value="compensated";
+                label for="found-note" { "What you found (required)" }
+                textarea #found-note name="note" required maxlength="2000" {}
+                button.danger type="submit" { "Found: close the key" }
+            }
+            form.card.stack method="post" action={ "/ui/dead-letters/" (dl.id) "/release" } aria-labelledby="absent-h" {
+                h2 #absent-h { "Not found upstream" }
+                p.note { "The upstream has no trace of it: the key is released, and the next request with it is forwarded." }
+                input type="hidden" name="csrf" value=(viewer.csrf(&purpose("release", &dl.id)));
+                label for="absent-reason" { "What you checked (required)" }
+                textarea #absent-reason name="reason" required maxlength="2000" {}
+                button.good type="submit" { "Not found: forward on the next request" }
             }
         }
     }

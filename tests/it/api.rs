@@ -429,6 +429,8 @@ async fn openapi_health_and_readiness_are_served() {
         "/v1/runs/gate",
         "/v1/approvals",
         "/readyz",
+        "/proxy/{name}/{path}",
+        "/v1/proxy/resolve",
     ] {
         assert!(
             doc["paths"][path].is_object(),

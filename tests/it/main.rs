@@ -36,6 +36,8 @@ mod lab;
 mod n8n;
 mod namespaces;
 mod process;
+// The Idempotency-Key proxy (issue 21).
+mod proxy;
 mod recovery;
 mod redaction;
 mod retention;

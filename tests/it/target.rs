@@ -77,6 +77,16 @@ pub enum Behaviour {
     /// of them as a JSON body, and their values in `x-request-id` (a debug
     /// endpoint, an error page that quotes the request).
     EchoHeaders { status: u16 },
+    /// Commits, then answers `status` with `body` only once the test adds
+    /// a permit to `gate` (a slow upstream the test releases by hand).
+    Held {
+        status: u16,
+        body: String,
+        gate: Arc<tokio::sync::Semaphore>,
+    },
+    /// Commits, then answers 200 with a chunked body that never ends (a
+    /// stream), until the client hangs up.
+    Stream,
 }
 
 impl Behaviour {
@@ -129,6 +139,8 @@ impl Reply {
 /// What the connection does once the target has decided.
 enum Action {
     Reply(Reply),
+    Held(Reply, Arc<tokio::sync::Semaphore>),
+    Stream,
     Hang,
     Close,
 }
@@ -150,6 +162,10 @@ impl From<Behaviour> for Action {
                 headers,
                 body,
             }),
+            Behaviour::Held { status, body, gate } => {
+                Action::Held(Reply::json(status, &body), gate)
+            }
+            Behaviour::Stream => Action::Stream,
             Behaviour::Hang | Behaviour::CommitThenHang | Behaviour::EchoHeaders { .. } => {
                 Action::Hang
             }
@@ -369,13 +385,17 @@ impl State {
         };
         let commits = matches!(
             behaviour,
-            Behaviour::Respond { .. } | Behaviour::CommitThenHang | Behaviour::CommitThenClose
+            Behaviour::Respond { .. }
+                | Behaviour::CommitThenHang
+                | Behaviour::CommitThenClose
+                | Behaviour::Held { .. }
+                | Behaviour::Stream
         );
         let action = Action::from(behaviour);
         if commits {
             let reply = match &action {
-                Action::Reply(reply) => reply.clone(),
-                Action::Hang | Action::Close => Reply::json(200, "{}"),
+                Action::Reply(reply) | Action::Held(reply, _) => reply.clone(),
+                Action::Stream | Action::Hang | Action::Close => Reply::json(200, "{}"),
             };
             if let Some(key) = &request.idempotency_key {
                 self.stored.entry(key.clone()).or_insert(reply);
@@ -452,6 +472,29 @@ async fn serve_connection(stream: TcpStream, state: &Mutex<State>) {
                 if write_reply(conn.get_mut(), &reply).await.is_err() || closing {
                     return;
                 }
+            }
+            Action::Held(reply, gate) => {
+                if let Ok(permit) = gate.acquire().await {
+                    permit.forget();
+                }
+                if write_reply(conn.get_mut(), &reply).await.is_err() || closing {
+                    return;
+                }
+            }
+            Action::Stream => {
+                let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                            transfer-encoding: chunked\r\n\r\n";
+                if conn.get_mut().write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                let chunk = format!("400\r\n{}\r\n", "x".repeat(1024));
+                // Bounded, so a client that never hangs up cannot keep it forever.
+                for _ in 0..65_536 {
+                    if conn.get_mut().write_all(chunk.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+                return;
             }
             Action::Hang => {
                 // Ignore whatever the client sends; end when it closes.

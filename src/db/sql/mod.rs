@@ -17,6 +17,7 @@ pub mod gauges;
 pub mod ingress;
 pub mod jobs;
 pub mod outbox;
+pub mod proxy;
 pub mod recovery;
 pub mod retention;
 pub mod runs;
@@ -155,6 +156,8 @@ pub struct Statements {
     pub retention: retention::RetentionStatements,
     /// The scrape-time gauges and the console's dashboard counts.
     pub gauges: gauges::GaugeStatements,
+    /// The Idempotency-Key proxy's kept answers.
+    pub proxy: proxy::ProxyStatements,
     /// The redaction rules every write applies before storage.
     pub redactor: std::sync::Arc<crate::audit::Redactor>,
     /// The ledger's recovery rules, which the claim and the recovery moves
@@ -176,6 +179,7 @@ impl Statements {
             approval: approval::ApprovalStatements::new(dialect),
             retention: retention::RetentionStatements::new(),
             gauges: gauges::GaugeStatements::new(dialect),
+            proxy: proxy::ProxyStatements::new(dialect),
             redactor: std::sync::Arc::new(crate::audit::Redactor::none()),
             ledger: std::sync::Arc::default(),
         }

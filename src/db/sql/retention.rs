@@ -57,6 +57,10 @@ pub struct RetentionStatements {
     pub slim_challenges: String,
     /// Deletes a slimmed run's model outputs. Binds: namespace, key.
     pub slim_outputs: String,
+    /// Deletes a slimmed run's kept proxy answer (a replay cache, never
+    /// archived: the run's result keeps its status, size and digest).
+    /// Binds: namespace, key.
+    pub slim_proxy_answer: String,
     /// Deletes one archived raw delivery. Binds: id.
     pub slim_raw_event: String,
     /// Replaces one effect's body. Binds: id, body, now.
@@ -85,6 +89,8 @@ impl RetentionStatements {
             slim_raw_event: "DELETE FROM raw_events WHERE id = $1".into(),
             slim_challenges: "DELETE FROM challenges WHERE namespace = $1 AND run_key = $2".into(),
             slim_outputs: "DELETE FROM run_outputs WHERE namespace = $1 AND run_key = $2".into(),
+            slim_proxy_answer: "DELETE FROM proxy_answers WHERE namespace = $1 AND run_key = $2"
+                .into(),
             scrub: "UPDATE effects SET body = $2, redacted_at = $3 \
                  WHERE id = $1 AND redacted_at IS NULL"
                 .into(),

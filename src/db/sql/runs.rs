@@ -162,6 +162,7 @@ impl RunStatements {
                     Move::FailRetryable,
                     Move::FailTerminal,
                     Move::Gate,
+                    Move::OutcomeUnknown,
                 ],
                 |to, guard| {
                     format!(

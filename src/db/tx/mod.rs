@@ -24,6 +24,7 @@ pub(crate) mod jobs;
 pub(crate) mod ledger;
 pub(crate) mod outbox;
 pub(crate) mod outputs;
+pub(crate) mod proxy;
 pub(crate) mod replace;
 pub(crate) mod replay;
 pub(crate) mod retention;

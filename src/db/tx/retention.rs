@@ -36,6 +36,7 @@ async fn slim(tx: &mut Tx<'_>, runs: &[RunMaterial], file: &str, now: Millis) ->
             &r.slim_dead_letters,
             &r.slim_challenges,
             &r.slim_outputs,
+            &r.slim_proxy_answer,
         ] {
             tx.execute(sql, key.clone()).await?;
         }

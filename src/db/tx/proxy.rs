@@ -1,0 +1,143 @@
+//! The Idempotency-Key proxy's transactions: a key completed with its
+//! answer kept beside it, and a forward whose outcome is unknown moved to
+//! a dead letter, each in one transaction; and the [`ProxyStore`] port.
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+
+use super::deadletter::record_dead_letter;
+use super::ledger::{owner_move, MoveFields};
+use super::Owned;
+use crate::clock::Millis;
+use crate::db::exec::{Args, Tx};
+use crate::db::{Backend, Db, Finish};
+use crate::deadletter::{DeadLetterClass, DeadLetterInput};
+use crate::ledger::storage::Result;
+use crate::ledger::{IdempotencyKey, Move, Moved, Namespace, OwnerCall};
+use crate::proxy::{Answer, ProxyStore};
+
+/// `processing → completed` by the owner, the answer kept for `window_ms`.
+async fn complete(
+    tx: &mut Tx<'_>,
+    call: &OwnerCall,
+    answer: &Answer,
+    window_ms: Millis,
+) -> Result<Finish<Owned<Moved>>> {
+    let fields = MoveFields {
+        result: Some(answer.summary().to_string()),
+        ..MoveFields::default()
+    };
+    let detail = json!({ "proxy_answer": answer.summary() });
+    let moved = owner_move(tx, call, Move::Complete, fields, detail, &[]).await?;
+    if matches!(moved, Finish::Commit(Owned::Done(_))) {
+        let st = tx.st;
+        let args = Args::new()
+            .bind(tx.now)
+            .bind(call.namespace.as_str())
+            .bind(call.key.as_str())
+            .bind(i64::from(answer.status))
+            .bind(answer.headers_json())
+            .bind(answer.body.as_slice())
+            .bind(window_ms);
+        tx.execute(&st.proxy.insert_answer, args).await?;
+    }
+    Ok(moved)
+}
+
+/// `processing → dead_lettered` by the owner, with an `unknown_outcome`
+/// dead letter holding `evidence`.
+async fn unknown(
+    tx: &mut Tx<'_>,
+    call: &OwnerCall,
+    reason: &str,
+    evidence: &Value,
+) -> Result<Finish<Owned<Moved>>> {
+    let fields = MoveFields {
+        result: None,
+        error: Some(reason),
+        reason: Some(reason),
+    };
+    let detail = json!({ "outcome": "unknown", "evidence": evidence });
+    let moved = owner_move(tx, call, Move::OutcomeUnknown, fields, detail, &[]).await?;
+    if let Finish::Commit(Owned::Done(done)) = &moved {
+        let mut input = DeadLetterInput::new(
+            DeadLetterClass::UnknownOutcome,
+            reason,
+            json!({ "proxy": call.namespace.as_str(), "evidence": evidence }),
+        );
+        input.evidence = Some(evidence.clone());
+        record_dead_letter(tx, &done.run, &input, done.run.updated_at).await?;
+    }
+    Ok(moved)
+}
+
+#[async_trait]
+impl<B: Backend> ProxyStore for Db<B> {
+    async fn complete_with_answer(
+        &self,
+        call: &OwnerCall,
+        answer: &Answer,
+        window_ms: Millis,
+    ) -> Result<Moved> {
+        let (owned, answer) = (call.clone(), answer.clone());
+        let moved = self
+            .write(move |tx| {
+                Box::pin(async move { complete(tx, &owned, &answer, window_ms).await })
+            })
+            .await?;
+        self.owned(call, moved).await
+    }
+
+    async fn stored_answer(
+        &self,
+        namespace: &Namespace,
+        key: &IdempotencyKey,
+    ) -> Result<Option<Answer>> {
+        let rd = self.reader();
+        let args = Args::new()
+            .bind(rd.now)
+            .bind(namespace.as_str())
+            .bind(key.as_str());
+        let row: Option<(i64, String, Vec<u8>)> = rd.optional(&rd.st.proxy.answer, args).await?;
+        Ok(row.map(|(status, headers, body)| Answer {
+            status: u16::try_from(status).unwrap_or(502),
+            headers: Answer::parse_headers(&headers),
+            body,
+        }))
+    }
+
+    async fn outcome_unknown(
+        &self,
+        call: &OwnerCall,
+        reason: &str,
+        evidence: &Value,
+    ) -> Result<Moved> {
+        let (owned, reason, evidence) = (call.clone(), reason.to_owned(), evidence.clone());
+        let moved = self
+            .write(move |tx| Box::pin(async move { unknown(tx, &owned, &reason, &evidence).await }))
+            .await?;
+        self.owned(call, moved).await
+    }
+
+    async fn purge_answers(&self, limit: i64) -> Result<u64> {
+        self.commit(move |tx| {
+            Box::pin(async move {
+                let st = tx.st;
+                let args = Args::new().bind(tx.now).bind(limit);
+                tx.execute(&st.proxy.purge, args).await
+            })
+        })
+        .await
+    }
+
+    async fn open_dead_letter(
+        &self,
+        namespace: &Namespace,
+        key: &IdempotencyKey,
+    ) -> Result<Option<String>> {
+        let rd = self.reader();
+        let args = Args::new().bind(namespace.as_str()).bind(key.as_str());
+        let row: Option<(String,)> = rd.optional(&rd.st.proxy.open_dead_letter, args).await?;
+        Ok(row.map(|(id,)| id))
+    }
+}
