@@ -10,8 +10,8 @@ use std::net::SocketAddr;
 
 use crate::api::PathId;
 use axum::extract::{ConnectInfo, Query, Request, State};
-use axum::http::header::{ACCEPT, LOCATION, SET_COOKIE};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::header::ACCEPT;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Form, Json, Router};
@@ -19,7 +19,7 @@ use serde::Deserialize;
 
 use super::error::{refusal_status, ApiError};
 use crate::approval::decide::{Decision, DecisionForm, Handle, Viewed};
-use crate::approval::pages::{self, Confirm};
+use crate::approval::pages::{self, see_other, with_cookie, Confirm};
 use crate::approval::people::posted_from_another_site;
 use crate::approval::session::clear_cookie;
 use crate::approval::Refusal;
@@ -62,21 +62,6 @@ fn safe_next(next: Option<&str>) -> String {
         }
         _ => "/approvals".to_owned(),
     }
-}
-
-fn with_cookie(mut response: Response, cookie: Option<HeaderValue>) -> Response {
-    if let Some(cookie) = cookie {
-        response.headers_mut().append(SET_COOKIE, cookie);
-    }
-    response
-}
-
-fn see_other(to: &str) -> Response {
-    let mut response = StatusCode::SEE_OTHER.into_response();
-    if let Ok(value) = HeaderValue::from_str(to) {
-        response.headers_mut().insert(LOCATION, value);
-    }
-    response
 }
 
 /// `?next=` of the sign-in page.
@@ -210,7 +195,7 @@ async fn show(app: AppState, handle: Handle, req: Request) -> Result<Response, A
         ));
     };
     if wants_json(&headers) {
-        let card = super::approvals::ApprovalCard::from(&challenge);
+        let card = crate::approval::card::ApprovalCard::from(&challenge);
         return Ok(with_cookie(Json(card).into_response(), cookie));
     }
     let view = Confirm {

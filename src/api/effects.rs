@@ -1,7 +1,5 @@
 //! The outbox over HTTP: the owner's commit, the effects of a run, cancel.
 
-use std::collections::BTreeMap;
-
 use crate::api::PathId;
 use axum::extract::{Query, State};
 use axum::routing::{get, post};
@@ -17,7 +15,7 @@ use crate::approval::effects::check_effects;
 use crate::clock::to_datetime;
 use crate::ledger::OwnerCall;
 use crate::outbox::effect_check::EffectRequest;
-use crate::outbox::{Effect, ExternalIdAt, NewEffect, RejectRule};
+use crate::outbox::{Effect, NewEffect};
 use crate::state::AppState;
 
 pub(super) fn router(state: AppState) -> Router<AppState> {
@@ -37,41 +35,6 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
     owner.merge(read)
 }
 
-/// One intended HTTP write.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct EffectBody {
-    /// A declared operation.
-    pub operation: String,
-    /// What kind of effect; unique per run and target (`send_email`).
-    pub effect_type: String,
-    /// A configured target.
-    pub target: String,
-    /// HTTP method (default POST).
-    pub method: Option<String>,
-    /// Path under the target's base URL…
-    pub path: Option<String>,
-    /// …or a full URL inside it.
-    pub url: Option<String>,
-    /// Non-secret headers (credentials live in the target's config).
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    /// JSON body.
-    #[schema(value_type = Object)]
-    pub body: Option<Value>,
-    /// A 2xx whose body has `equals` at `pointer` is a business rejection.
-    #[schema(value_type = Object)]
-    pub reject: Option<RejectRule>,
-    /// Where the target's id is: `{"header": "Location"}` or `{"pointer": "/id"}`.
-    #[schema(value_type = Object)]
-    pub external_id: Option<ExternalIdAt>,
-    /// GET URL template (`{external_ref}`, `{idempotency_key}`) that tells
-    /// whether an unknown effect happened.
-    pub probe_url: Option<String>,
-    /// Not before (RFC 3339).
-    pub not_before: Option<String>,
-}
-
 /// `POST /v1/runs/commit`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -86,31 +49,12 @@ pub struct CommitBody {
     pub result: Option<Value>,
     /// The effects to queue (none: the run completes now).
     #[serde(default)]
-    pub effects: Vec<EffectBody>,
+    pub effects: Vec<EffectRequest>,
 }
 
 /// Which endpoint an effect arrives through (gated operations only through
 /// the gate, ungated ones only through the commit).
 pub(super) use crate::approval::effects::Route;
-
-impl From<EffectBody> for EffectRequest {
-    fn from(b: EffectBody) -> Self {
-        Self {
-            operation: b.operation,
-            effect_type: b.effect_type,
-            target: b.target,
-            method: b.method,
-            path: b.path,
-            url: b.url,
-            headers: b.headers,
-            body: b.body,
-            reject: b.reject,
-            external_id: b.external_id,
-            probe_url: b.probe_url,
-            not_before: b.not_before,
-        }
-    }
-}
 
 /// The answer to a commit.
 #[derive(Debug, Serialize, ToSchema)]
@@ -161,12 +105,11 @@ pub(super) async fn commit(
 /// Checks and converts a request's effects for `route`
 /// ([`check_effects`]).
 pub(super) fn parse_effects(
-    bodies: Vec<EffectBody>,
+    requests: Vec<EffectRequest>,
     app: &AppState,
     call: &OwnerCall,
     route: Route,
 ) -> Result<Vec<NewEffect>> {
-    let requests = bodies.into_iter().map(EffectRequest::from).collect();
     Ok(check_effects(
         requests,
         &app.config.operations,

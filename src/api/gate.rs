@@ -10,12 +10,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::effects::{parse_effects, EffectBody, Route};
+use super::effects::{parse_effects, Route};
 use super::error::{ApiError, Result};
 use super::runs::{optional_text, OwnerFields};
 use super::{auth, ApiJson, Caller};
 use crate::approval::gate::{GateRequest, ModelOutput};
 use crate::clock::to_datetime;
+use crate::outbox::effect_check::EffectRequest;
 use crate::state::AppState;
 
 pub(super) fn router(state: AppState) -> Router<AppState> {
@@ -124,7 +125,7 @@ pub struct GateBody {
     /// The current lease.
     pub lease: String,
     /// The proposed effects, all of one gated operation.
-    pub effects: Vec<EffectBody>,
+    pub effects: Vec<EffectRequest>,
     /// Called through the outbox when the decision is made (must lie inside
     /// a configured target, e.g. an n8n Wait node's resume URL).
     pub callback_url: Option<String>,

@@ -2,9 +2,14 @@
 //! source record link, model output, validation errors, approver identity,
 //! expiry), for the API, the console and the CLI alike; and the inbox's
 //! state filter.
+//!
+//! The card is a view built for every adapter, so it carries its OpenAPI
+//! schema itself instead of being copied field by field into an API type
+//! (docs/architecture.md, "View types").
 
 use serde::Serialize;
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use super::challenge::{Audience, Challenge, ChallengeState};
 use crate::clock::to_datetime;
@@ -12,7 +17,7 @@ use crate::outbox::NewEffect;
 
 /// One proposed effect on a card: everything that will be sent (secret
 /// headers never live on an effect: the target adds them at send time).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ProposedEffect {
     /// Effect type.
     pub effect_type: String,
@@ -31,15 +36,17 @@ pub struct ProposedEffect {
     /// Not sent before (RFC 3339).
     pub not_before: Option<String>,
     /// The business-rejection rule for 2xx answers.
+    #[schema(value_type = Option<Object>)]
     pub reject: Option<Value>,
     /// Where the target's id for the created thing is read.
+    #[schema(value_type = Option<Object>)]
     pub external_id: Option<Value>,
     /// The probe that reconciles an unknown outcome.
     pub probe_url: Option<String>,
 }
 
 /// An approval card.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ApprovalCard {
     /// Challenge id; the page for people is `page`.
     pub id: String,
@@ -52,6 +59,7 @@ pub struct ApprovalCard {
     /// The gated operation.
     pub operation: String,
     /// `pending`, `approved`, `rejected`, `expired`, `escalated`.
+    #[schema(value_type = String)]
     pub state: ChallengeState,
     /// Link to the source record, when the workflow gave one.
     pub source_url: Option<String>,
@@ -60,10 +68,13 @@ pub struct ApprovalCard {
     /// Why a person decides (policy, failed rule, sample).
     pub reason: Option<String>,
     /// The model output (untrusted text).
+    #[schema(value_type = Object)]
     pub output: Value,
     /// The model that drafted it.
+    #[schema(value_type = Object)]
     pub model: Value,
     /// Validation result of the output.
+    #[schema(value_type = Object)]
     pub validation: Value,
     /// Intended approvers.
     pub audience: Audience,

@@ -115,7 +115,7 @@ impl Verdict {
 }
 
 /// Who a challenge is meant for. Both lists empty: any approver.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Audience {
     /// By subject.
     pub subjects: Vec<String>,

@@ -35,6 +35,23 @@ pub fn layout(title: &str, body: Markup) -> Markup {
     }
 }
 
+/// `303 See Other` to a local path (after a command: post, redirect, get).
+pub fn see_other(to: &str) -> Response {
+    let mut response = StatusCode::SEE_OTHER.into_response();
+    if let Ok(value) = HeaderValue::from_str(to) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+    response
+}
+
+/// `response` with the session cookie set (or cleared), when there is one.
+pub fn with_cookie(mut response: Response, cookie: Option<HeaderValue>) -> Response {
+    if let Some(cookie) = cookie {
+        response.headers_mut().append(header::SET_COOKIE, cookie);
+    }
+    response
+}
+
 /// An HTML response with the headers every page carries: no caching (the
 /// page holds a CSRF token), no referrer (the URL may hold an approval
 /// token), no framing, no scripts, nothing fetched from elsewhere.

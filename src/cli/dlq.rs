@@ -261,6 +261,25 @@ pub(super) fn text(v: &Value) -> String {
     }
 }
 
+/// Posts an operator command (`resolve`, `replay`, `release`, `replace`)
+/// on dead letter `id` and reads its answer.
+async fn act(
+    client: &Client,
+    id: &str,
+    command: &str,
+    body: &Value,
+    json_out: bool,
+) -> Result<Value> {
+    let done = client
+        .post(&format!("/v1/dead-letters/{id}/{command}"), body)
+        .await?;
+    let verb = match command {
+        "replay" => "replayed".to_owned(),
+        other => format!("{other}d"),
+    };
+    Ok(super::dlq_show::action_line(&done, json_out, &verb))
+}
+
 /// Runs a `dlq` command.
 ///
 /// # Errors
@@ -306,40 +325,32 @@ pub async fn run(args: DlqArgs, config: &Config) -> Result<()> {
                 ResolveAs::Reject => "reject",
                 ResolveAs::Compensated => "compensated",
             };
-            let done = client
-                .post(
-                    &format!("/v1/dead-letters/{id}/resolve"),
-                    &json!({ "resolution": resolution, "note": note }),
-                )
-                .await?;
-            super::dlq_show::action_line(&done, json_out, "resolved")
+            let body = json!({ "resolution": resolution, "note": note });
+            act(&client, &id, "resolve", &body, json_out).await?
         }
         DlqCommand::Replay { id, reason } => {
-            let done = client
-                .post(
-                    &format!("/v1/dead-letters/{id}/replay"),
-                    &json!({ "reason": reason }),
-                )
-                .await?;
-            super::dlq_show::action_line(&done, json_out, "replayed")
+            act(
+                &client,
+                &id,
+                "replay",
+                &json!({ "reason": reason }),
+                json_out,
+            )
+            .await?
         }
         DlqCommand::Release { id, reason } => {
-            let done = client
-                .post(
-                    &format!("/v1/dead-letters/{id}/release"),
-                    &json!({ "reason": reason }),
-                )
-                .await?;
-            super::dlq_show::action_line(&done, json_out, "released")
+            act(
+                &client,
+                &id,
+                "release",
+                &json!({ "reason": reason }),
+                json_out,
+            )
+            .await?
         }
         DlqCommand::Replace { id, key, reason } => {
-            let done = client
-                .post(
-                    &format!("/v1/dead-letters/{id}/replace"),
-                    &json!({ "key": key, "reason": reason }),
-                )
-                .await?;
-            super::dlq_show::action_line(&done, json_out, "replaced")
+            let body = json!({ "key": key, "reason": reason });
+            act(&client, &id, "replace", &body, json_out).await?
         }
         DlqCommand::Bulk {
             ids,

@@ -1,11 +1,14 @@
 //! Which dead letters to list: the criteria as a person or a client gives
 //! them (text), checked into the store's [`DeadLetterFilter`], and the
 //! keyset [`Cursor`] that continues a page. The API's query string and the
-//! console's filter form both build [`Criteria`]; the bulk replay's
-//! selection filter does too (see [`super::plan`]).
+//! console's filter form are both read straight into [`Criteria`] (so it
+//! carries the query's OpenAPI parameters); the bulk replay's selection
+//! filter builds one too (see [`super::plan`]).
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
+use serde::Deserialize;
+use utoipa::IntoParams;
 
 use super::DeadLetterClass;
 use crate::clock::Millis;
@@ -50,8 +53,11 @@ pub fn parse_age(field: &'static str, text: &str) -> Result<Millis, FilterError>
         .ok_or_else(|| FilterError::new(field, "an age is a number and a unit: 90s, 15m, 2h or 7d"))
 }
 
-/// The list's criteria as given, each optional text (`None`: no filter).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The list's criteria as given, each optional text (`None`, or blank as
+/// an empty form field sends it: no filter).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct Criteria {
     /// Only this class.
     pub class: Option<String>,
@@ -65,7 +71,7 @@ pub struct Criteria {
     pub older_than: Option<String>,
     /// Only records at most this old.
     pub newer_than: Option<String>,
-    /// Where the previous page ended ([`Cursor::encode`]).
+    /// The `next_cursor` of the previous page.
     pub cursor: Option<String>,
     /// Page size, 1–[`MAX_LIMIT`] (default [`DEFAULT_LIMIT`]).
     pub limit: Option<i64>,
@@ -77,6 +83,26 @@ impl Criteria {
     /// # Errors
     /// [`FilterError`] naming the bad criterion.
     pub fn into_filter(self, now: Millis) -> Result<DeadLetterFilter, FilterError> {
+        self.filled().checked(now)
+    }
+
+    /// These criteria with blank text taken as absent and the rest trimmed.
+    fn filled(self) -> Self {
+        let filled = |v: Option<String>| v.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        Self {
+            class: filled(self.class),
+            namespace: filled(self.namespace),
+            state: filled(self.state),
+            resolved: filled(self.resolved),
+            older_than: filled(self.older_than),
+            newer_than: filled(self.newer_than),
+            cursor: filled(self.cursor),
+            limit: self.limit,
+        }
+    }
+
+    /// The store filter once every blank text is taken out.
+    fn checked(self, now: Millis) -> Result<DeadLetterFilter, FilterError> {
         let limit = self.limit.unwrap_or(DEFAULT_LIMIT);
         if !(1..=MAX_LIMIT).contains(&limit) {
             return Err(FilterError::new(
@@ -191,6 +217,43 @@ mod tests {
         assert!(Cursor::decode("not base64!").is_err());
         assert!(Cursor::decode(&URL_SAFE_NO_PAD.encode("x:y")).is_err());
         assert!(Cursor::decode(&URL_SAFE_NO_PAD.encode("12:")).is_err());
+    }
+
+    #[test]
+    fn criteria_check_each_parameter_and_take_blanks_as_absent() {
+        let q = |f: fn(&mut Criteria)| {
+            let mut q = Criteria::default();
+            f(&mut q);
+            q.into_filter(1_000_000)
+        };
+        let f = q(|_| {}).unwrap();
+        assert_eq!((f.resolved, f.limit), (Some(false), DEFAULT_LIMIT));
+        let field = |r: Result<DeadLetterFilter, FilterError>| r.unwrap_err().field;
+        assert_eq!(field(q(|q| q.class = Some("x".into()))), "class");
+        assert_eq!(field(q(|q| q.state = Some("x".into()))), "state");
+        assert_eq!(field(q(|q| q.limit = Some(0))), "limit");
+        assert_eq!(field(q(|q| q.cursor = Some("??".into()))), "cursor");
+        assert_eq!(field(q(|q| q.resolved = Some("yes".into()))), "resolved");
+        assert_eq!(
+            q(|q| q.older_than = Some("1s".into()))
+                .unwrap()
+                .created_before,
+            Some(999_000)
+        );
+        let blank = q(|q| {
+            q.class = Some(" ".into());
+            q.namespace = Some(String::new());
+            q.older_than = Some(String::new());
+        })
+        .unwrap();
+        assert_eq!(blank, q(|_| {}).unwrap());
+        assert_eq!(
+            q(|q| q.namespace = Some(" crm ".into()))
+                .unwrap()
+                .namespace
+                .as_deref(),
+            Some("crm")
+        );
     }
 
     #[test]

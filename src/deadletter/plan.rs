@@ -3,10 +3,14 @@
 //! what would be refused and why. Computing it writes and sends nothing.
 //! Starting the job over the frozen ids is [`BulkReplay::start`]
 //! (in [`super::bulk`]).
+//!
+//! The selection and the summary are what a client sends and sees, so they
+//! carry their OpenAPI schemas (docs/architecture.md, "View types").
 
 use std::collections::{BTreeMap, HashSet};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use super::filter::{Criteria, FilterError};
 use super::port::ReplayStore;
@@ -19,7 +23,8 @@ use crate::ledger::{IdempotencyKey, Namespace, RunState};
 use crate::outbox::EffectState;
 
 /// Which open dead letters a filter selects (at least one criterion).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct SelectionFilter {
     /// Class.
     pub class: Option<String>,
@@ -34,7 +39,8 @@ pub struct SelectionFilter {
 }
 
 /// An explicit selection: `ids`, or a `filter` frozen into ids at creation.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Selection {
     /// Dead letter ids, in the order to replay them.
     pub ids: Option<Vec<String>>,
@@ -43,7 +49,7 @@ pub struct Selection {
 }
 
 /// A selected item the gate holds back.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct GatedItem {
     /// Dead letter id.
     pub id: String,
@@ -54,7 +60,7 @@ pub struct GatedItem {
 }
 
 /// A selected item that would be refused.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct RefusedItem {
     /// Dead letter id.
     pub id: String,
@@ -63,7 +69,7 @@ pub struct RefusedItem {
 }
 
 /// What a bulk replay would do; computing it writes and sends nothing.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, ToSchema)]
 pub struct Summary {
     /// Items selected.
     pub total: usize,

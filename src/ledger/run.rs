@@ -107,6 +107,16 @@ pub struct ClaimRequest {
     pub claimed_by: String,
 }
 
+impl ClaimRequest {
+    /// The correlation id a new run takes: the caller's, or a fresh UUID v7.
+    pub fn correlation_id(&self) -> String {
+        self.metadata
+            .correlation_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string())
+    }
+}
+
 /// The answer to a claim (DESIGN.md §2).
 #[derive(Debug, Clone)]
 pub enum ClaimOutcome {

@@ -6,7 +6,9 @@
 
 use std::collections::BTreeMap;
 
+use serde::Deserialize;
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use super::{EffectRole, EffectSpec, ExternalIdAt, NewEffect, RejectRule, TargetConfig};
 
@@ -24,8 +26,10 @@ const FORBIDDEN_HEADERS: &[&str] = &[
     "content-length",
 ];
 
-/// One intended HTTP write, as asked for.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// One intended HTTP write, as a workflow asks for it (the API reads it
+/// straight from the request body, so it carries its schema).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct EffectRequest {
     /// A declared operation.
     pub operation: String,
@@ -39,15 +43,20 @@ pub struct EffectRequest {
     pub path: Option<String>,
     /// …or a full URL inside it.
     pub url: Option<String>,
-    /// Non-secret headers.
+    /// Non-secret headers (credentials live in the target's config).
+    #[serde(default)]
     pub headers: BTreeMap<String, String>,
     /// A JSON body.
+    #[schema(value_type = Object)]
     pub body: Option<Value>,
-    /// A 2xx whose body matches this is a business rejection.
+    /// A 2xx whose body has `equals` at `pointer` is a business rejection.
+    #[schema(value_type = Object)]
     pub reject: Option<RejectRule>,
-    /// Where the target's id is.
+    /// Where the target's id is: `{"header": "Location"}` or `{"pointer": "/id"}`.
+    #[schema(value_type = Object)]
     pub external_id: Option<ExternalIdAt>,
-    /// A GET URL template (`{external_ref}`, `{idempotency_key}`).
+    /// A GET URL template (`{external_ref}`, `{idempotency_key}`) that
+    /// tells whether an unknown effect happened.
     pub probe_url: Option<String>,
     /// Not to be sent before this time (RFC 3339).
     pub not_before: Option<String>,

@@ -6,7 +6,6 @@
 use axum::extract::{Query, State};
 use axum::response::Response;
 use maud::{html, Markup};
-use serde::Deserialize;
 
 use super::error::Result;
 use super::frame::{at, badge, or_dash, run_link, Nav};
@@ -20,63 +19,21 @@ use crate::state::AppState;
 /// Records per page.
 const PAGE: i64 = 50;
 
-/// The filter form, as query parameters (empty means no filter).
-#[derive(Debug, Default, Clone, Deserialize)]
-pub struct DeadLettersQuery {
-    /// Class.
-    pub class: Option<String>,
-    /// Namespace.
-    pub namespace: Option<String>,
-    /// The run's state now.
-    pub state: Option<String>,
-    /// `false` (open, default), `true`, `any`.
-    pub resolved: Option<String>,
-    /// At least this old (`90s`, `15m`, `2h`, `7d`).
-    pub older_than: Option<String>,
-    /// At most this old.
-    pub newer_than: Option<String>,
-    /// The previous page's last record.
-    pub cursor: Option<String>,
-}
-
-fn filled(v: &Option<String>) -> Option<String> {
-    v.as_deref()
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-        .map(str::to_owned)
-}
-
-impl DeadLettersQuery {
-    /// The list's criteria (checked as the API checks its query).
-    pub fn criteria(&self) -> Criteria {
-        Criteria {
-            class: filled(&self.class),
-            namespace: filled(&self.namespace),
-            state: filled(&self.state),
-            resolved: filled(&self.resolved),
-            older_than: filled(&self.older_than),
-            newer_than: filled(&self.newer_than),
-            cursor: filled(&self.cursor),
-            limit: Some(PAGE),
+/// These filters as a query string (without the status and the cursor).
+fn filter_query(q: &Criteria) -> String {
+    let mut out = url::form_urlencoded::Serializer::new(String::new());
+    for (name, value) in [
+        ("class", &q.class),
+        ("namespace", &q.namespace),
+        ("state", &q.state),
+        ("older_than", &q.older_than),
+        ("newer_than", &q.newer_than),
+    ] {
+        if let Some(v) = value.as_deref().map(str::trim).filter(|v| !v.is_empty()) {
+            out.append_pair(name, v);
         }
     }
-
-    /// These filters as a query string (without the cursor).
-    pub fn filter_query(&self) -> String {
-        let mut q = url::form_urlencoded::Serializer::new(String::new());
-        for (name, value) in [
-            ("class", &self.class),
-            ("namespace", &self.namespace),
-            ("state", &self.state),
-            ("older_than", &self.older_than),
-            ("newer_than", &self.newer_than),
-        ] {
-            if let Some(v) = filled(value) {
-                q.append_pair(name, &v);
-            }
-        }
-        q.finish()
-    }
+    out.finish()
 }
 
 /// The list.
@@ -86,10 +43,14 @@ impl DeadLettersQuery {
 pub async fn show(
     State(app): State<AppState>,
     viewer: Operator,
-    Query(q): Query<DeadLettersQuery>,
+    Query(q): Query<Criteria>,
 ) -> Result<Response> {
     let now = app.clock.now_ms();
-    let (found, error) = match q.criteria().into_filter(now) {
+    let page = Criteria {
+        limit: Some(PAGE),
+        ..q.clone()
+    };
+    let (found, error) = match page.into_filter(now) {
         Ok(filter) => (Some(app.store.dead_letters(&filter).await?), None),
         Err(e) => (None, Some(e.to_string())),
     };
@@ -103,7 +64,7 @@ pub async fn show(
     Ok(viewer.page("Dead letters", Nav::DeadLetters, body))
 }
 
-fn filters(q: &DeadLettersQuery) -> Markup {
+fn filters(q: &Criteria) -> Markup {
     let v = |x: &Option<String>| x.clone().unwrap_or_default();
     let resolved = q.resolved.as_deref().unwrap_or("false");
     html! {
@@ -139,8 +100,8 @@ fn filters(q: &DeadLettersQuery) -> Markup {
     }
 }
 
-fn list(q: &DeadLettersQuery, found: &[DeadLetter], now: Millis) -> Markup {
-    let filter = q.filter_query();
+fn list(q: &Criteria, found: &[DeadLetter], now: Millis) -> Markup {
+    let filter = filter_query(q);
     html! {
         @if found.is_empty() {
             p.flash.ok role="status" { "No dead letter matches." }

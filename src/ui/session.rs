@@ -8,7 +8,6 @@
 use std::net::SocketAddr;
 
 use axum::extract::{ConnectInfo, FromRequestParts};
-use axum::http::header::{LOCATION, SET_COOKIE};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -16,7 +15,7 @@ use maud::Markup;
 
 use super::error::UiError;
 use super::frame::{page, Bar, Head, Nav};
-use crate::approval::pages::{respond, urlencode};
+use crate::approval::pages::{respond, see_other, urlencode, with_cookie};
 use crate::approval::people::Person;
 use crate::config::Scope;
 use crate::state::AppState;
@@ -83,20 +82,9 @@ impl Viewer {
         self.with_cookie(see_other(to))
     }
 
-    fn with_cookie(&self, mut response: Response) -> Response {
-        if let Some(cookie) = &self.cookie {
-            response.headers_mut().append(SET_COOKIE, cookie.clone());
-        }
-        response
+    fn with_cookie(&self, response: Response) -> Response {
+        with_cookie(response, self.cookie.clone())
     }
-}
-
-fn see_other(to: &str) -> Response {
-    let mut response = StatusCode::SEE_OTHER.into_response();
-    if let Ok(value) = HeaderValue::from_str(to) {
-        response.headers_mut().insert(LOCATION, value);
-    }
-    response
 }
 
 impl FromRequestParts<AppState> for Viewer {

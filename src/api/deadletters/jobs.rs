@@ -14,10 +14,10 @@ use utoipa::{IntoParams, ToSchema};
 use super::super::error::{ApiError, Result};
 use super::super::{ApiJson, Caller};
 use super::actions::required_text;
-use super::selection::{Selection, Summary};
 use crate::clock::to_datetime;
 use crate::deadletter::bulk::{Rate, StartJob};
 use crate::deadletter::jobs::Progress;
+use crate::deadletter::plan::{Selection, Summary};
 use crate::deadletter::{JobItem, JobState, ReplayJob};
 use crate::state::AppState;
 
@@ -124,9 +124,9 @@ pub(in crate::api) async fn dry_run(
     State(app): State<AppState>,
     ApiJson(body): ApiJson<DryRunBody>,
 ) -> Result<Json<DryRunResponse>> {
-    let run = app.bulk_replay().dry_run(&body.selection.into()).await?;
+    let run = app.bulk_replay().dry_run(&body.selection).await?;
     Ok(Json(DryRunResponse {
-        summary: run.summary.into(),
+        summary: run.summary,
         ids: run.ids,
     }))
 }
@@ -147,7 +147,7 @@ pub(in crate::api) async fn create(
         .map_err(|e| ApiError::invalid("rate_per_sec", e.to_string()))?;
     let reason = required_text("reason", body.reason, 2_000)?;
     let job = StartJob {
-        selection: body.selection.into(),
+        selection: body.selection,
         reason,
         rate,
         actor: caller.subject.clone(),

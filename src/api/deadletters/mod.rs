@@ -7,23 +7,22 @@ use crate::api::PathId;
 use axum::extract::{Query, State};
 use axum::routing::{get, post};
 use axum::{middleware, Json, Router};
-use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use super::auth;
 use super::effects::EffectView;
 use super::error::{ApiError, Result};
 use super::runs::RunView;
-use crate::clock::{to_datetime, Millis};
+use crate::clock::to_datetime;
 use crate::deadletter::filter::Criteria;
-use crate::deadletter::{Cursor, DeadLetterFilter, Refusal, RunLink};
+use crate::deadletter::{Cursor, Refusal, RunLink};
 use crate::ledger::{IdempotencyKey, Namespace};
 use crate::state::AppState;
 
 pub(super) mod actions;
 pub(super) mod fail;
 pub(super) mod jobs;
-pub(super) mod selection;
 mod view;
 
 pub use view::DeadLetterView;
@@ -70,53 +69,6 @@ pub(super) fn refused(refusal: Refusal) -> ApiError {
     }
 }
 
-/// `GET /v1/dead-letters` query.
-#[derive(Debug, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-pub struct ListQuery {
-    /// Only this class.
-    pub class: Option<String>,
-    /// Only this namespace.
-    pub namespace: Option<String>,
-    /// Only runs now in this state.
-    pub state: Option<String>,
-    /// `false` (default): open only; `true`: resolved only; `any`: both.
-    pub resolved: Option<String>,
-    /// Only records at least this old (`90s`, `15m`, `2h`, `7d`).
-    pub older_than: Option<String>,
-    /// Only records at most this old.
-    pub newer_than: Option<String>,
-    /// The `next_cursor` of the previous page.
-    pub cursor: Option<String>,
-    /// Page size, 1–500 (default 50).
-    pub limit: Option<i64>,
-}
-
-impl From<ListQuery> for Criteria {
-    fn from(q: ListQuery) -> Self {
-        Self {
-            class: q.class,
-            namespace: q.namespace,
-            state: q.state,
-            resolved: q.resolved,
-            older_than: q.older_than,
-            newer_than: q.newer_than,
-            cursor: q.cursor,
-            limit: q.limit,
-        }
-    }
-}
-
-impl ListQuery {
-    /// The store filter for this query at time `now`.
-    ///
-    /// # Errors
-    /// [`ApiError::Invalid`] naming the bad parameter.
-    pub fn into_filter(self, now: Millis) -> Result<DeadLetterFilter> {
-        Ok(Criteria::from(self).into_filter(now)?)
-    }
-}
-
 /// A page of dead letters.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct DeadLetterPage {
@@ -127,7 +79,7 @@ pub struct DeadLetterPage {
 }
 
 /// Lists dead letters, oldest first (open ones unless `resolved` says otherwise).
-#[utoipa::path(get, path = "/v1/dead-letters", tag = "dead letters", params(ListQuery),
+#[utoipa::path(get, path = "/v1/dead-letters", tag = "dead letters", params(Criteria),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "A page of dead letters", body = DeadLetterPage),
@@ -135,7 +87,7 @@ pub struct DeadLetterPage {
     ))]
 pub(super) async fn list(
     State(app): State<AppState>,
-    query: std::result::Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+    query: std::result::Result<Query<Criteria>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<DeadLetterPage>> {
     let Query(q) = query.map_err(|e| ApiError::Invalid {
         field: None,
@@ -251,52 +203,4 @@ pub(super) async fn show(
         raw_event,
         dead_letter: DeadLetterView::full(dl, &app.config.dead_letters, app.clock.now_ms()),
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn list_query_checks_each_parameter() {
-        let q = |f: fn(&mut ListQuery)| {
-            let mut q = ListQuery {
-                class: None,
-                namespace: None,
-                state: None,
-                resolved: None,
-                older_than: None,
-                newer_than: None,
-                cursor: None,
-                limit: None,
-            };
-            f(&mut q);
-            q.into_filter(1_000_000)
-        };
-        let f = q(|_| {}).unwrap();
-        assert_eq!((f.resolved, f.limit), (Some(false), 50));
-        let field = |e: ApiError| match e {
-            ApiError::Invalid { field, .. } => field.unwrap(),
-            _ => panic!(),
-        };
-        assert_eq!(
-            field(q(|q| q.class = Some("x".into())).unwrap_err()),
-            "class"
-        );
-        assert_eq!(
-            field(q(|q| q.state = Some("x".into())).unwrap_err()),
-            "state"
-        );
-        assert_eq!(field(q(|q| q.limit = Some(0)).unwrap_err()), "limit");
-        assert_eq!(
-            field(q(|q| q.cursor = Some("??".into())).unwrap_err()),
-            "cursor"
-        );
-        assert_eq!(
-            q(|q| q.older_than = Some("1s".into()))
-                .unwrap()
-                .created_before,
-            Some(999_000)
-        );
-    }
 }

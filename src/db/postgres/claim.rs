@@ -44,11 +44,7 @@ impl Prepared {
     /// redacted as the general claim's is.
     pub(crate) fn new(req: &ClaimRequest, clock_now: i64, redactor: &Redactor) -> Self {
         let owner = LeaseOwner::generate();
-        let meta = &req.metadata;
-        let correlation_id = meta
-            .correlation_id
-            .clone()
-            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+        let correlation_id = req.correlation_id();
         // The general claim's detail for a first attempt, field for field.
         let mut detail = claim_detail(req, 1);
         redactor.value(req.namespace.as_str(), &mut detail);
@@ -105,15 +101,24 @@ pub(crate) fn statement_for_batch() -> String {
              SELECT c.namespace, c.run_key, 1, '{kind}', c.claimed_by, NULL, '{state}', 1, \
                  i.v_detail, NULL, i.v_head, i.v_logged_at \
              FROM claimed c JOIN input i ON i.v_ns = c.namespace AND i.v_key = c.run_key) \
-         SELECT {RUN_COLUMNS}, TRUE AS fresh FROM claimed \
+         {answers}",
+        kind = Move::Claim.as_str(),
+        state = RunState::Processing.as_str(),
+        answers = answers("og_now_ms($1)"),
+    )
+}
+
+/// The end of a batched claim or intake: each run this statement claimed
+/// (`fresh`), and each settled run that holds one of the keys.
+pub(super) fn answers(now: &str) -> String {
+    format!(
+        "SELECT {RUN_COLUMNS}, TRUE AS fresh FROM claimed \
          UNION ALL \
          SELECT {RUN_COLUMNS}, FALSE AS fresh FROM runs JOIN input \
              ON namespace = v_ns AND run_key = v_key \
          WHERE NOT EXISTS (SELECT 1 FROM claimed c \
                  WHERE c.namespace = v_ns AND c.run_key = v_key) \
              AND NOT ({settled})",
-        kind = Move::Claim.as_str(),
-        state = RunState::Processing.as_str(),
-        settled = reclaimable_sql(str::to_owned, "v_hash", "og_now_ms($1)", None),
+        settled = reclaimable_sql(str::to_owned, "v_hash", now, None),
     )
 }

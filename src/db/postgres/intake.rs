@@ -23,7 +23,7 @@ use crate::db::tx::ingress::{approval_detail, intake_approval_entry};
 use crate::db::tx::to_json;
 use crate::ingress::RawEvent;
 use crate::ledger::storage::Result;
-use crate::ledger::{reclaimable_sql, ClaimRequest, Move, RunState};
+use crate::ledger::{ClaimRequest, Move, RunState};
 use crate::outbox::{EffectState, NewEffect};
 
 /// What an intake brings to its batch besides its claim: the approval's
@@ -172,13 +172,7 @@ pub(crate) fn statement_for_batch() -> String {
              SELECT v_rid, v_rsource, v_revent, v_rtype, v_rstatus, v_rhash, v_rct, v_rheaders, \
                  v_rbody, v_rat FROM accepted \
              ON CONFLICT DO NOTHING) \
-         SELECT {RUN_COLUMNS}, TRUE AS fresh FROM claimed \
-         UNION ALL \
-         SELECT {RUN_COLUMNS}, FALSE AS fresh FROM runs JOIN input \
-             ON namespace = v_ns AND run_key = v_key \
-         WHERE NOT EXISTS (SELECT 1 FROM claimed c \
-                 WHERE c.namespace = v_ns AND c.run_key = v_key) \
-             AND NOT ({settled})",
+         {answers}",
         arrays = arrays.join(", "),
         names = columns.join(", "),
         approved = RunState::Approved.as_str(),
@@ -186,6 +180,6 @@ pub(crate) fn statement_for_batch() -> String {
         claim = Move::Claim.as_str(),
         approve = Move::Approve.as_str(),
         pending = EffectState::Pending.as_str(),
-        settled = reclaimable_sql(str::to_owned, "v_hash", now, None),
+        answers = super::claim::answers(now),
     )
 }

@@ -89,11 +89,7 @@ pub(crate) async fn try_claim_foreseen(
     first: Option<&Foreseen>,
 ) -> Result<Attempt> {
     let owner = LeaseOwner::generate();
-    let meta = &req.metadata;
-    let correlation_id = meta
-        .correlation_id
-        .clone()
-        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    let correlation_id = req.correlation_id();
     let owner_hex = owner.to_hex();
     let st = tx.st;
     let rules = st.ledger.recovery(req.namespace.as_str());
