@@ -7,7 +7,7 @@
 //! ignored, so a broken log sink cannot block or panic a request, the
 //! signal handler or shutdown.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -18,7 +18,15 @@ use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let config = match Config::load(cli.config.as_deref(), std::env::vars()) {
+    // The service reads its secrets; the tools (migrate, backup, audit
+    // verify, the commands that talk to a server) need only the database
+    // settings, so an on-call shell or a laptop can run them.
+    let load = if cli.command.needs_service_config() {
+        Config::load
+    } else {
+        Config::load_for_tools
+    };
+    let config = match load(cli.config.as_deref(), std::env::vars()) {
         Ok(config) => config,
         Err(err) => {
             say(format_args!("oncegate: invalid configuration: {err}"));
@@ -67,9 +75,13 @@ fn init_logging(format: LogFormat, level: &str) -> WorkerGuard {
         .buffered_lines_limit(8192)
         .thread_name("oncegate-log")
         .finish(std::io::stderr());
+    // Colour codes only for a person at a terminal: a file, a pipe or
+    // journald gets plain text.
+    let ansi = std::io::stderr().is_terminal();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer)
+        .with_ansi(ansi)
         .log_internal_errors(false);
     match format {
         LogFormat::Human => builder.init(),

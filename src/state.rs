@@ -46,6 +46,13 @@ impl std::ops::Deref for AppState {
 pub struct Shared {
     /// The ledger's storage.
     pub store: SharedStore,
+    /// The ledger's port for the API: each namespace's calls go to its
+    /// tier (the SQL store, or Redis for `tier = "redis"`).
+    pub runs: Arc<dyn crate::ledger::port::LedgerStore>,
+    /// The Redis tier's store, when a namespace is on it (`/readyz` pings it).
+    pub redis: Option<Arc<crate::db::redis::RedisLedger>>,
+    /// Which namespaces are on which tier.
+    pub tiers: crate::ledger::Tiers,
     /// Known API tokens.
     pub auth: Arc<Authenticator>,
     /// Prometheus metrics.
@@ -56,6 +63,10 @@ pub struct Shared {
     pub clock: SharedClock,
     /// Webhook sources, prepared at start.
     pub sources: Arc<Sources>,
+    /// Deliveries-log entries on their way to the database, in batches.
+    pub logbook: crate::ingress::Logbook,
+    /// Unauthenticated deliveries, kept in memory only.
+    pub refused: Arc<crate::ingress::RefusedRing>,
     /// Wakes the dispatcher when effects are queued or released.
     pub wake: Arc<tokio::sync::Notify>,
     /// The kill switch as this process sees it (shared with its dispatcher).
@@ -76,7 +87,7 @@ impl Shared {
     /// The ledger's calls over this state.
     pub fn ledger(&self) -> crate::ledger::service::Ledger<'_> {
         crate::ledger::service::Ledger {
-            store: self.store.as_ref(),
+            store: self.runs.as_ref(),
             events: self.metrics.as_ref(),
             clock: self.clock.as_ref(),
             config: &self.config.ledger,
@@ -119,11 +130,25 @@ impl Shared {
         crate::ingress::Intake {
             sources: &self.sources,
             store: self.store.as_ref(),
+            log: self.store.as_ref(),
+            logbook: &self.logbook,
+            refused: &self.refused,
             metrics: &self.metrics,
             clock: self.clock.as_ref(),
             wake: &self.wake,
             lease_ms: self.config.ledger.default_lease_ms,
             in_flight_retry_after_ms: self.config.ledger.in_flight_retry_after_ms,
+        }
+    }
+
+    /// The operator's forwards of logged deliveries over this state.
+    pub fn delivery_actions(&self) -> crate::ingress::DeliveryActions<'_> {
+        crate::ingress::DeliveryActions {
+            sources: &self.sources,
+            deliveries: self.store.as_ref(),
+            events: self.store.as_ref(),
+            wake: &self.wake,
+            lease_ms: self.config.ledger.default_lease_ms,
         }
     }
 

@@ -157,6 +157,7 @@ async fn queue(store: &SharedStore, key: &str, url: &str) -> Result<()> {
         spec: EffectSpec::default(),
         not_before: None,
         role: oncegate::outbox::EffectRole::Act,
+        schema_version: None,
     };
     store.commit(&call, None, &[effect]).await?;
     Ok(())

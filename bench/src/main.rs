@@ -8,6 +8,9 @@
 //! - `dispatch`: outbox throughput and commit-to-send latency, in process.
 //! - `proxy`: the Idempotency-Key proxy against a local upstream (straight,
 //!   new keys, replays) beside the no-op floor, in one run.
+//! - `redis`: the Redis tier's claims (new keys, duplicates, a one-key
+//!   storm) beside `redis-benchmark` running `SET NX PX` at the same
+//!   client counts and beside the SQL tier, in one run.
 //!
 //! `scripts/bench` builds the release binaries and runs the suite.
 
@@ -20,6 +23,7 @@ mod growth;
 mod load;
 mod pgbench;
 mod proxy;
+mod redis;
 mod server;
 mod suite;
 mod targets;
@@ -42,6 +46,9 @@ enum Bench {
     /// The Idempotency-Key proxy: a local upstream straight and through
     /// the proxy (new keys, replays), beside the no-op floor.
     Proxy(proxy::ProxyArgs),
+    /// The Redis tier: claims beside `redis-benchmark` SET NX PX and the
+    /// SQL tier.
+    Redis(redis::RedisArgs),
 }
 
 #[tokio::main]
@@ -50,5 +57,6 @@ async fn main() -> Result<()> {
         Bench::Suite(args) => suite::run(args).await,
         Bench::Dispatch(args) => dispatch::run(args).await,
         Bench::Proxy(args) => proxy::run(args).await,
+        Bench::Redis(args) => redis::run(args).await,
     }
 }

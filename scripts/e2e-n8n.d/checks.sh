@@ -51,6 +51,37 @@ check_bad_signature() {
   fi
 }
 
+check_unsigned_forward() {
+  step "gate in front: a forward oncegate did not sign → refused by the Oncegate Trigger, nothing runs"
+  if [ "$variant" != nodes ]; then
+    say "n/a for the $variant variant (its Webhook node checks the X-Oncegate-Secret header)"
+    return
+  fi
+  local f=$ev/unsigned.json status why=""
+  stripe_event "$f" evt_unsigned charge.succeeded ch_unsigned
+  status=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$N8N/webhook/og-stripe-payments" \
+    -H 'Content-Type: application/json' --data-binary @"$f")
+  [ "$status" = 401 ] || why+="unsigned: $status; "
+  sw_sign "$f" evt_unsigned "whsec_$(openssl rand -base64 32)"
+  status=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$N8N/webhook/og-stripe-payments" \
+    -H 'Content-Type: application/json' -H @"$f.hdr" --data-binary @"$f")
+  [ "$status" = 401 ] || why+="another secret: $status; "
+  sw_sign "$f" evt_unsigned "$N8N_SIGNING_SECRET" $(($(date +%s) - 3600))
+  status=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$N8N/webhook/og-stripe-payments" \
+    -H 'Content-Type: application/json' -H @"$f.hdr" --data-binary @"$f")
+  [ "$status" = 401 ] || why+="signed an hour ago (a replay): $status; "
+  sw_sign "$f" evt_unsigned
+  printf '{"tampered":true}' >"$f.tampered"
+  status=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$N8N/webhook/og-stripe-payments" \
+    -H 'Content-Type: application/json' -H @"$f.hdr" --data-binary @"$f.tampered")
+  [ "$status" = 401 ] || why+="another body: $status; "
+  if [ -z "$why" ] && state_is payments record-payment:ch_unsigned:v1 none; then
+    ok "forward without oncegate's signature refused" "unsigned, another secret, a replay and another body: 401, no claim"
+  else
+    bad "forward without oncegate's signature refused" "${why}business run $(run_state payments record-payment:ch_unsigned:v1)"
+  fi
+}
+
 check_hundred_deliveries() {
   step "gate in front: the same event 100 times at once → one effect"
   local f=$ev/burst.json out=$work/burst-ingress fresh codes
@@ -74,6 +105,51 @@ check_hundred_deliveries() {
     ok "100 concurrent deliveries → one effect" "statuses:$codes first-time answers $fresh; a second event for the charge added nothing"
   else
     bad "100 concurrent deliveries → one effect" "statuses:$codes first-time answers $fresh, CRM requests $n, evt_burst_2 $(run_state stripe evt_burst_2)"
+  fi
+}
+
+# n8n_executions WORKFLOW_ID: how many executions n8n stored for the workflow.
+n8n_executions() {
+  python3 -c 'import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+print(c.execute("SELECT COUNT(*) FROM execution_entity WHERE workflowId = ?", (sys.argv[2],)).fetchone()[0])' \
+    "$work/n8n/home/.n8n/database.sqlite" "$1"
+}
+
+check_baseline_storm() {
+  step "seed 001's gate inside n8n (Postgres INSERT … ON CONFLICT DO NOTHING RETURNING) beside oncegate: one event 100 times at once"
+  if [ -z "${pg_db:-}" ]; then
+    unavailable "seed-001 baseline beside oncegate" "no PostgreSQL on 127.0.0.1:5432"
+    return
+  fi
+  local f=$ev/storm-pg.json g=$ev/storm-og.json t0 t1 t2 t3 e0 e1 g0 g1
+  stripe_event "$f" evt_storm_pg charge.succeeded ch_storm_pg
+  stripe_event "$g" evt_storm_og charge.succeeded ch_storm_og
+  sign "$g"
+  e0=$(n8n_executions ogBaselinePgGate)
+  t0=$(now)
+  burst 100 "$work/storm-pg" -X POST "$N8N/webhook/og-baseline-pg" -H 'Content-Type: application/json' --data-binary @"$f"
+  t1=$(now)
+  wait_until 60 count_is /crm/payments-pg 1 '.body.charge == "ch_storm_pg"' || true
+  e1=$(n8n_executions ogBaselinePgGate)
+  g0=$(n8n_executions ogGateInFront001)
+  t2=$(now)
+  burst 100 "$work/storm-og" -X POST "$OG/hooks/stripe" -H 'Content-Type: application/json' -H @"$g.hdr" --data-binary @"$g"
+  wait_until 90 state_is payments record-payment:ch_storm_og:v1 completed || true
+  t3=$(now)
+  g1=$(n8n_executions ogGateInFront001)
+  local pg_n og_n pg_ok og_ok pg_rate
+  pg_n=$(count /crm/payments-pg '.body.charge == "ch_storm_pg"')
+  og_n=$(count /crm/payments '.body.charge == "ch_storm_og"')
+  pg_ok=$(grep -c '^200$' "$work/storm-pg/codes" || true)
+  og_ok=$(grep -c '^200$' "$work/storm-og/codes" || true)
+  pg_rate=$(awk -v n=$((e1 - e0)) -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", n / (b - a) }')
+  say "  seed-001 gate in n8n: $pg_n effect(s), $pg_ok/100 answered 200, $((e1 - e0)) n8n executions in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s ($pg_rate executions/s)"
+  say "  oncegate in front:    $og_n effect(s), $og_ok/100 answered 200, $((g1 - g0)) n8n execution(s); the storm settled (run completed) in $(awk -v a="$t2" -v b="$t3" 'BEGIN { printf "%.1f", b - a }') s"
+  if [ "$og_n" = 1 ] && [ "$og_ok" = 100 ] && [ "$pg_ok" = 100 ] && [ "$((e1 - e0))" -ge 1 ]; then
+    ok "seed-001 baseline beside oncegate, 100-way storm" "effects: baseline $pg_n, oncegate $og_n; n8n executions: baseline $((e1 - e0)), oncegate $((g1 - g0))"
+  else
+    bad "seed-001 baseline beside oncegate, 100-way storm" "effects: baseline $pg_n, oncegate $og_n; 200s: baseline $pg_ok, oncegate $og_ok; executions: baseline $((e1 - e0))"
   fi
 }
 
@@ -311,7 +387,8 @@ bench() {
   for i in $(seq -w 1 "$n"); do
     stripe_event "$dir/$i.json" "evt_$2_$i" charge.succeeded "ch_$2_$i"
     [ "$kind" = gated ] && sign "$dir/$i.json"
-    [ "$kind" = front ] && printf 'X-Oncegate-Secret: %s\n' "$N8N_FORWARD_SECRET" >"$dir/$i.json.hdr"
+    if [ "$kind" = front ] && [ "$variant" = nodes ]; then sw_sign "$dir/$i.json" "front-$2-$i"; fi
+    [ "$kind" = front ] && [ "$variant" = http ] && printf 'X-Oncegate-Secret: %s\n' "$N8N_FORWARD_SECRET" >"$dir/$i.json.hdr"
     [ "$kind" = direct ] && printf 'X-Bench: direct\n' >"$dir/$i.json.hdr"
   done
   case $kind in

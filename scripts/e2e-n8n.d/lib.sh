@@ -39,6 +39,8 @@ write_config() {
   cfg=$work/oncegate.toml
   export STRIPE_WEBHOOK_SECRET=whsec_$(openssl rand -hex 24)
   export N8N_FORWARD_SECRET=$(openssl rand -hex 24)
+  N8N_SIGNING_SECRET=whsec_$(openssl rand -base64 32)
+  export N8N_SIGNING_SECRET
   export ONCEGATE_DATABASE_URL=sqlite://$work/oncegate.db
   ev=$work/events
   mkdir -p "$ev"
@@ -80,25 +82,80 @@ n8n_cli() {
 
 # n8n runs from $work/n8n (runtime and app linked from the install), so every
 # run starts with an empty n8n database: only these workflows, fresh executions.
+# Variant nodes: examples/n8n with the packed community nodes installed the
+# way a self-hosted user installs them (npm install of the tarball in
+# <user folder>/.n8n/nodes); variant http: examples/n8n/http-request.
 start_n8n() {
-  step "n8n with the examples"
-  mkdir -p "$work/n8n" "$work/workflows"
+  step "n8n with the $variant examples ($wfsrc)"
+  mkdir -p "$work/n8n/home/.n8n/nodes" "$work/workflows"
   ln -s "$n8n_dir/runtime" "$work/n8n/runtime"
   ln -s "$n8n_dir/app" "$work/n8n/app"
-  cp "$repo"/examples/n8n/*.json "$here/baseline-direct.json" "$work/workflows/"
-  jq -n --arg token "Bearer $WF_TOKEN" --arg secret "$N8N_FORWARD_SECRET" '[
+  cp "$wfsrc"/*.json "$here/baseline-direct.json" "$here/baseline-pg-gate.json" "$work/workflows/"
+  local creds
+  creds=$(jq -n --arg token "Bearer $WF_TOKEN" --arg secret "$N8N_FORWARD_SECRET" '[
     {id: "ogWorkflowToken1", name: "oncegate workflow token", type: "httpHeaderAuth",
      data: {name: "Authorization", value: $token}},
     {id: "ogForwardSecret1", name: "oncegate forward secret", type: "httpHeaderAuth",
-     data: {name: "X-Oncegate-Secret", value: $secret}}]' >"$work/credentials.json"
+     data: {name: "X-Oncegate-Secret", value: $secret}}]')
+  if [ "$variant" = nodes ]; then
+    install_nodes
+    creds=$(jq --arg token "$WF_TOKEN" --arg signing "$N8N_SIGNING_SECRET" --arg og "$OG" '. + [
+      {id: "ogApiCredential", name: "oncegate API", type: "oncegateApi", data: {baseUrl: $og, token: $token}},
+      {id: "ogSigningSecret", name: "oncegate signing secret", type: "oncegateSigningApi", data: {secrets: $signing}}]' <<<"$creds")
+  fi
+  if baseline_db; then
+    creds=$(jq --arg db "$pg_db" '. + [{id: "ogBaselinePg001", name: "baseline postgres", type: "postgres",
+      data: {host: "127.0.0.1", port: 5432, database: $db, user: "postgres", password: "", ssl: "disable"}}]' <<<"$creds")
+  fi
+  printf '%s\n' "$creds" >"$work/credentials.json"
   n8n_cli import:credentials --input="$work/credentials.json" >"$work/n8n-credentials.log" 2>&1 \
     || die "importing credentials failed: $(tail -5 "$work/n8n-credentials.log")"
   rm -f "$work/credentials.json"
   n8n_start
 }
 
-n8n_start() { N8N_WORKFLOWS=$work/workflows "$n8n_scripts/start.sh" "$work/n8n" | grep -v ' is live$'; }
+# The packed nodes (scripts/build-n8n-nodes, or $N8N_NODES_TGZ), installed with
+# n8n's own Node and npm; n8n-workflow is n8n's, so peers are left out.
+install_nodes() {
+  local tgz=${N8N_NODES_TGZ:-} nodehome
+  if [ -z "$tgz" ]; then
+    tgz=$("$repo/scripts/build-n8n-nodes" "$work/pack" 2>"$work/build-n8n-nodes.log" | tail -1) \
+      || die "scripts/build-n8n-nodes failed: $(tail -20 "$work/build-n8n-nodes.log")"
+  fi
+  [ -f "$tgz" ] || die "no node package at $tgz"
+  nodehome=$(ls -d "$n8n_dir"/runtime/node_modules/node-linux-* | head -1)
+  (cd "$work/n8n/home/.n8n/nodes" && printf '{"name":"installed-nodes","private":true}\n' >package.json \
+    && PATH=$nodehome/bin:$PATH npm install --omit=peer --ignore-scripts --no-audit --no-fund --loglevel=error "$tgz") \
+    >"$work/install-nodes.log" 2>&1 || die "installing $tgz into n8n failed: $(tail -5 "$work/install-nodes.log")"
+  say "installed $(basename "$tgz") into $work/n8n/home/.n8n/nodes"
+}
+
+# start.sh waits for n8n's own Webhook nodes; the Oncegate Trigger's paths are
+# waited for here (a registered path answers another method with "not registered for").
+n8n_start() {
+  N8N_WORKFLOWS=$work/workflows "$n8n_scripts/start.sh" "$work/n8n" | grep -v ' is live$'
+  local path
+  for path in $(jq -r '.nodes[] | select(.type == "n8n-nodes-oncegate.oncegateTrigger") | .parameters.path' "$work"/workflows/*.json); do
+    wait_until 60 trigger_live "$path" || die "the Oncegate Trigger at /webhook/$path was not registered after 60 s"
+  done
+}
+trigger_live() { curl -s -m 2 "$N8N/webhook/$1" | grep -q 'not registered for GET'; }
 n8n_stop() { "$n8n_scripts/stop.sh" "$work/n8n"; }
+
+# baseline_db: a fresh PostgreSQL database with seed 001's claim table, for
+# the baseline-pg-gate workflow; pg_db stays empty when PostgreSQL is not
+# reachable (the baseline check then says so). Dropped by cleanup.
+baseline_db() {
+  command -v psql >/dev/null || return 1
+  psql -h 127.0.0.1 -U postgres -d postgres -qc 'SELECT 1' >/dev/null 2>&1 || return 1
+  pg_db=oncegate_e2e_$$
+  psql -h 127.0.0.1 -U postgres -d postgres -qc "DROP DATABASE IF EXISTS $pg_db" -c "CREATE DATABASE $pg_db" >/dev/null
+  psql -h 127.0.0.1 -U postgres -d "$pg_db" -qc "CREATE TABLE webhook_event_claims (
+    provider text NOT NULL, event_id text NOT NULL, event_type text NOT NULL,
+    status text NOT NULL DEFAULT 'processing', first_seen_at timestamptz NOT NULL DEFAULT now(),
+    completed_at timestamptz, last_error text, attempt_count integer NOT NULL DEFAULT 1,
+    PRIMARY KEY (provider, event_id))" >/dev/null
+}
 
 cleanup() {
   local status=$?
@@ -106,6 +163,7 @@ cleanup() {
   [ -f "$work/n8n/n8n.pid" ] && n8n_stop >/dev/null
   [ -n "${og_pid:-}" ] && kill "$og_pid" 2>/dev/null && wait "$og_pid" 2>/dev/null
   [ -n "${target_pid:-}" ] && kill "$target_pid" 2>/dev/null && wait "$target_pid" 2>/dev/null
+  [ -n "${pg_db:-}" ] && psql -h 127.0.0.1 -U postgres -d postgres -qc "DROP DATABASE IF EXISTS $pg_db WITH (FORCE)" >/dev/null 2>&1
   if [ "$status" -ne 0 ] || [ "${#FAILED[@]}" -gt 0 ] || [ "${E2E_KEEP:-}" = 1 ]; then
     say "kept $work (oncegate.log, n8n/n8n.log, target.log, oncegate.db)"
   else
@@ -115,7 +173,8 @@ cleanup() {
 
 summary() {
   step "summary"
-  printf '  %d passed, %d failed, %d not yet available\n' "${#PASSED[@]}" "${#FAILED[@]}" "${#SKIPPED[@]}"
+  # The closing line CI reads: "N passed, N failed, N skipped" (skipped: not yet available).
+  printf 'e2e-n8n: %d passed, %d failed, %d skipped\n' "${#PASSED[@]}" "${#FAILED[@]}" "${#SKIPPED[@]}"
   local name
   for name in "${FAILED[@]}"; do printf '  failed: %s\n' "$name"; done
   for name in "${SKIPPED[@]}"; do printf '  not yet available: %s\n' "$name"; done
@@ -163,6 +222,15 @@ sign() {
   t=$(date +%s)
   sig=$( { printf '%s.' "$t"; cat "$1"; } | openssl dgst -sha256 -hmac "${2:-$STRIPE_WEBHOOK_SECRET}" | awk '{print $NF}')
   printf 'Stripe-Signature: t=%s,v1=%s\n' "$t" "$sig" >"$1.hdr"
+}
+
+# sw_sign FILE ID [SECRET] [TIMESTAMP]: writes FILE.hdr, Standard Webhooks headers
+# (webhook-id, webhook-timestamp, webhook-signature v1 over "id.timestamp.body").
+sw_sign() {
+  local secret=${3:-$N8N_SIGNING_SECRET} ts=${4:-$(date +%s)} key sig
+  key=$(printf '%s' "${secret#whsec_}" | base64 -d | od -An -tx1 | tr -d ' \n')
+  sig=$({ printf '%s.%s.' "$2" "$ts"; cat "$1"; } | openssl dgst -sha256 -mac HMAC -macopt "hexkey:$key" -binary | base64)
+  printf 'webhook-id: %s\nwebhook-timestamp: %s\nwebhook-signature: v1,%s\n' "$2" "$ts" "$sig" >"$1.hdr"
 }
 
 # deliver FILE: posts a signed event to oncegate; prints the body, then the status.

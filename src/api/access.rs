@@ -81,3 +81,22 @@ pub(super) fn check(
     }
     Ok(())
 }
+
+/// Checks that `namespace` is on the SQL tier, for `what` (effects, an
+/// approval gate, the AI output contract, a timeline, dead-letter links):
+/// a Redis-tier namespace holds claims and owner moves only (DESIGN.md §9).
+///
+/// # Errors
+/// [`ApiError::Invalid`] (400, field `namespace`) naming the tier.
+pub(super) fn sql_tier(app: &AppState, namespace: &Namespace, what: &str) -> Result<()> {
+    if app.tiers.of_namespace(namespace.as_str()) == crate::ledger::Tier::Redis {
+        return Err(ApiError::invalid(
+            "namespace",
+            format!(
+                "namespace \"{namespace}\" is on the Redis tier, which serves claims, renew, \
+                 complete, fail and run reads only: {what} need a namespace on the SQL tier"
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -1,7 +1,7 @@
 //! The approvals inbox over the API: `GET /v1/approvals` lists challenges
 //! as approval cards (built by `approval::card`, which carries their schemas).
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::routing::get;
 use axum::{middleware, Json, Router};
 use serde::Deserialize;
@@ -23,6 +23,7 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
 
 /// `GET /v1/approvals` query.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ApprovalsQuery {
     /// `pending` (default), `approved`, `rejected`, `expired`, `escalated`, or `all`.
     pub state: Option<String>,
@@ -31,12 +32,12 @@ pub struct ApprovalsQuery {
 }
 
 /// Approval challenges as cards, newest first.
-#[utoipa::path(get, path = "/v1/approvals", tag = "approvals", params(ApprovalsQuery),
+#[utoipa::path(get, path = "/v1/approvals", tag = "approvals", operation_id = "list_approvals", params(ApprovalsQuery),
     security(("bearer" = [])),
     responses((status = 200, description = "Approval cards", body = [ApprovalCard])))]
 pub(super) async fn list(
     State(app): State<AppState>,
-    Query(q): Query<ApprovalsQuery>,
+    super::ApiQuery(q): super::ApiQuery<ApprovalsQuery>,
 ) -> Result<Json<Vec<ApprovalCard>>> {
     let state = card::state_filter(q.state.as_deref())?;
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);

@@ -150,8 +150,14 @@ impl ClaimBody {
             }
         };
         let lease_ms = app.ledger().lease(self.lease_ms)?.get();
+        let namespace = access::namespace(app, caller, self.namespace, Access::Act)?;
+        if self.business_key.is_some() {
+            // A business key is unique across every run: only the SQL
+            // tier sees them all.
+            access::sql_tier(app, &namespace, "business keys")?;
+        }
         Ok(ClaimRequest {
-            namespace: access::namespace(app, caller, self.namespace, Access::Act)?,
+            namespace,
             key: IdempotencyKey::parse(self.key)?,
             business_key: self.business_key.map(BusinessKey::parse).transpose()?,
             payload_hash,
@@ -174,10 +180,11 @@ impl ClaimBody {
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Claimed, or an explicit answer why not", body = ClaimResponse),
-        (status = 400, description = "Malformed request; nothing written", body = super::Problem),
+        (status = 400, description = "Malformed request (or a business_key in a Redis-tier namespace); nothing written", body = super::Problem),
         (status = 401, description = "No valid token", body = super::Problem),
         (status = 403, description = "Token lacks the workflow scope, its namespaces do not include this one, or the namespace belongs to a webhook source", body = super::Problem),
         (status = 422, description = "Same key, different payload", body = super::Problem),
+        (status = 503, description = "The database, or Redis for a Redis-tier namespace, is unavailable: nothing was accepted; retry after Retry-After", body = super::Problem),
     ))]
 pub(super) async fn claim(
     State(app): State<AppState>,

@@ -8,8 +8,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::access;
 use super::error::Result;
-use super::runs::{MoveResponse, OwnerFields, RunRef};
+use super::runs::{optional_text, MoveResponse, OwnerFields, RunRef};
 use super::{auth, ApiJson, Caller};
 use crate::approval::effects::check_effects;
 use crate::clock::to_datetime;
@@ -50,6 +51,10 @@ pub struct CommitBody {
     /// The effects to queue (none: the run completes now).
     #[serde(default)]
     pub effects: Vec<EffectRequest>,
+    /// The version of the payload schema the workflow built these effects
+    /// for (at most 64 characters); recorded on each effect, and shown on
+    /// its dead letter so a fix can be matched to the shape it corrects.
+    pub schema_version: Option<String>,
 }
 
 /// Which endpoint an effect arrives through (gated operations only through
@@ -87,7 +92,12 @@ pub(super) async fn commit(
         lease: body.lease,
     };
     let call: OwnerCall = fields.into_call(&app, &caller)?;
-    let effects = parse_effects(body.effects, &app, &call, Route::Commit)?;
+    access::sql_tier(&app, &call.namespace, "effects")?;
+    let schema_version = optional_text("schema_version", body.schema_version, 64)?;
+    let mut effects = parse_effects(body.effects, &app, &call, Route::Commit)?;
+    for effect in &mut effects {
+        effect.schema_version.clone_from(&schema_version);
+    }
     let committed = app
         .outbox()
         .commit(&call, body.result.as_ref(), &effects)
@@ -179,7 +189,7 @@ impl From<Effect> for EffectView {
 }
 
 /// A run's effects with their attempts.
-#[utoipa::path(get, path = "/v1/runs/effects", tag = "outbox", params(RunRef),
+#[utoipa::path(get, path = "/v1/runs/effects", tag = "outbox", operation_id = "list_effects", params(RunRef),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The run's effects", body = [EffectView]),
@@ -191,6 +201,7 @@ pub(super) async fn list(
     query: std::result::Result<Query<RunRef>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<EffectView>>> {
     let (namespace, key) = RunRef::parse(query, &app, &caller)?;
+    access::sql_tier(&app, &namespace, "effects")?;
     let effects = app.outbox().effects(&namespace, &key).await?;
     Ok(Json(
         effects

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::access;
 use super::effects::{parse_effects, Route};
 use super::error::{ApiError, Result};
 use super::runs::{optional_text, OwnerFields};
@@ -89,6 +90,11 @@ pub(super) async fn output(
         lease: body.lease,
     }
     .into_call(&app, &caller)?;
+    access::sql_tier(
+        &app,
+        &call.namespace,
+        "the AI output contract and its effects",
+    )?;
     for (field, value) in [
         ("model.provider_class", &body.model.provider_class),
         ("model.model", &body.model.model),
@@ -131,6 +137,9 @@ pub struct GateBody {
     pub callback_url: Option<String>,
     /// One line for the approver: what is proposed and why.
     pub summary: Option<String>,
+    /// The version of the payload schema the workflow built these effects
+    /// for (at most 64 characters); recorded on each effect.
+    pub schema_version: Option<String>,
 }
 
 /// The answer to a gate.
@@ -172,8 +181,13 @@ pub(super) async fn gate(
         lease: body.lease,
     }
     .into_call(&app, &caller)?;
+    access::sql_tier(&app, &call.namespace, "approval gates")?;
     let summary = optional_text("summary", body.summary, 500)?;
-    let effects = parse_effects(body.effects, &app, &call, Route::Gate)?;
+    let schema_version = optional_text("schema_version", body.schema_version, 64)?;
+    let mut effects = parse_effects(body.effects, &app, &call, Route::Gate)?;
+    for effect in &mut effects {
+        effect.schema_version.clone_from(&schema_version);
+    }
     let request = GateRequest {
         effects,
         callback_url: body.callback_url,

@@ -31,25 +31,38 @@ pub(super) async fn healthz() -> impl IntoResponse {
 }
 
 /// The database answers and takes writes (a read-only database is not
-/// ready: every claim and delivery would be refused).
+/// ready: every claim and delivery would be refused), and so does Redis
+/// when a namespace is on the Redis tier (`"redis"` in the answer).
 #[utoipa::path(get, path = "/readyz", tag = "ops", responses(
     (status = 200, description = "Ready"),
-    (status = 503, description = "The database does not answer, or takes no writes"),
+    (status = 503, description = "The database does not answer, or takes no writes, or (with a Redis-tier namespace) Redis does not answer"),
 ))]
 pub(super) async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
-    match app.store.ping().await {
-        Ok(()) => (
-            StatusCode::OK,
-            Json(json!({ "status": "ready", "database": app.store.backend_name() })),
-        ),
-        Err(err) => {
-            tracing::warn!(error = %err, "readiness check failed");
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({ "status": "unavailable", "database": app.store.backend_name() })),
-            )
-        }
+    let database = app.store.ping().await;
+    if let Err(err) = &database {
+        tracing::warn!(error = %err, "readiness check failed");
     }
+    let mut body = json!({ "database": app.store.backend_name() });
+    let mut ready = database.is_ok();
+    if let Some(redis) = &app.redis {
+        let answer = redis.ping().await;
+        if let Err(err) = &answer {
+            tracing::warn!(error = %err, "readiness check failed: the Redis tier");
+        }
+        ready &= answer.is_ok();
+        body["redis"] = json!(if answer.is_ok() {
+            "ready"
+        } else {
+            "unavailable"
+        });
+    }
+    body["status"] = json!(if ready { "ready" } else { "unavailable" });
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body))
 }
 
 /// Prometheus text format: the counters and histograms, and the gauges

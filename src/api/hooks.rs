@@ -5,7 +5,7 @@
 use crate::api::PathId;
 use axum::body::{to_bytes, Body};
 use axum::extract::State;
-use axum::http::header::RETRY_AFTER;
+use axum::http::header::{CONTENT_LENGTH, RETRY_AFTER};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -45,9 +45,19 @@ pub(crate) async fn receive(
 ) -> Result<Response, ApiError> {
     let intake = app.intake();
     let limit = intake.body_limit(&name)?;
-    let body = to_bytes(body, limit)
-        .await
-        .map_err(|err| unreadable(err, limit, app.config.server.body_read_timeout_ms))?;
+    let body = match to_bytes(body, limit).await {
+        Ok(body) => body,
+        Err(err) => {
+            let err = unreadable(err, limit, app.config.server.body_read_timeout_ms);
+            if matches!(err, ApiError::TooLarge { .. }) {
+                let declared = headers
+                    .get(CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok()?.parse().ok());
+                intake.too_large(&name, declared);
+            }
+            return Err(err);
+        }
+    };
     let delivery = Delivery {
         headers: &headers,
         body: &body,

@@ -21,9 +21,11 @@ mod access;
 mod admin;
 pub mod approvals;
 pub mod approve;
+mod audit_status;
 pub mod auth;
 mod claims;
 mod deadletters;
+mod deliveries;
 mod effects;
 pub mod error;
 mod gate;
@@ -39,6 +41,7 @@ pub mod runs;
 pub mod telemetry;
 mod timeline;
 
+pub use admin::SwitchView;
 pub use error::{ApiError, Problem};
 pub use runs::RunView;
 
@@ -52,7 +55,9 @@ pub fn router(state: AppState) -> Router<AppState> {
         .merge(effects::router(state.clone()))
         .merge(admin::router(state.clone()))
         .merge(deadletters::router(state.clone()))
+        .merge(deliveries::router(state.clone()))
         .merge(timeline::router(state.clone()))
+        .merge(audit_status::router(state.clone()))
         .merge(gate::router(state.clone()))
         .merge(approvals::router(state.clone()))
         .merge(proxy::router(state.clone()))
@@ -74,6 +79,25 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
                 state.config.server.max_body_bytes,
             )),
         }
+    }
+}
+
+/// A query string whose every rejection is a problem+json 400 naming what
+/// is wrong (axum's own answers plain text).
+#[derive(Debug)]
+pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(value)| Self(value))
+            .map_err(|rejection| ApiError::Invalid {
+                field: None,
+                detail: rejection.body_text(),
+            })
     }
 }
 

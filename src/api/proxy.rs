@@ -148,7 +148,7 @@ pub struct Resolved {
 }
 
 /// Resolves an unknown key as found or not found.
-#[utoipa::path(post, path = "/v1/proxy/resolve", tag = "proxy", request_body = ResolveBody,
+#[utoipa::path(post, path = "/v1/proxy/resolve", tag = "proxy", operation_id = "resolve_proxy_key", request_body = ResolveBody,
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Resolved: the run is failed_terminal (found) or failed_retryable (not found)", body = Resolved),

@@ -40,6 +40,7 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
 
 /// Names a run.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct RunRef {
     /// Provider or tenant.
     pub namespace: String,
@@ -209,6 +210,7 @@ impl From<Moved> for MoveResponse {
         (status = 400, description = "Malformed request", body = super::Problem),
         (status = 403, description = "The run's namespace is outside the token's namespaces, or belongs to a webhook source", body = super::Problem),
         (status = 409, description = "The lease lost the run; do not act", body = super::Problem),
+        (status = 503, description = "The database, or Redis for a Redis-tier namespace, is unavailable: nothing was accepted; retry after Retry-After", body = super::Problem),
     ))]
 pub(super) async fn renew(
     State(app): State<AppState>,
@@ -234,6 +236,7 @@ pub(super) async fn renew(
         (status = 400, description = "Malformed request", body = super::Problem),
         (status = 403, description = "The run's namespace is outside the token's namespaces, or belongs to a webhook source", body = super::Problem),
         (status = 409, description = "The lease lost the run", body = super::Problem),
+        (status = 503, description = "The database, or Redis for a Redis-tier namespace, is unavailable: nothing was accepted; retry after Retry-After", body = super::Problem),
     ))]
 pub(super) async fn complete(
     State(app): State<AppState>,
@@ -260,6 +263,7 @@ pub(super) async fn complete(
         (status = 400, description = "Malformed request", body = super::Problem),
         (status = 403, description = "The run's namespace is outside the token's namespaces, or belongs to a webhook source", body = super::Problem),
         (status = 409, description = "The lease lost the run", body = super::Problem),
+        (status = 503, description = "The database, or Redis for a Redis-tier namespace, is unavailable: nothing was accepted; retry after Retry-After", body = super::Problem),
     ))]
 pub(super) async fn fail(
     State(app): State<AppState>,
@@ -372,6 +376,7 @@ impl From<Run> for RunView {
         (status = 400, description = "Malformed namespace or key", body = super::Problem),
         (status = 403, description = "The run's namespace is outside the token's namespaces", body = super::Problem),
         (status = 404, description = "No such run", body = super::Problem),
+        (status = 503, description = "The database, or Redis for a Redis-tier namespace, is unavailable: nothing was accepted; retry after Retry-After", body = super::Problem),
     ))]
 pub(super) async fn get_run(
     State(app): State<AppState>,

@@ -39,6 +39,7 @@ pub(super) async fn timeline(
     query: std::result::Result<Query<RunRef>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Timeline>> {
     let (namespace, key) = RunRef::parse(query, &app, &caller)?;
+    super::access::sql_tier(&app, &namespace, "audit timelines")?;
     crate::audit::timeline::load(app.store.as_ref(), &namespace, &key)
         .await?
         .map(Json)

@@ -10,9 +10,13 @@ use tokio::sync::Notify;
 use crate::approval::server_key::{ServerKey, MIN_SECRET_LEN, SERVER_SECRET};
 use crate::clock::SharedClock;
 use crate::config::{Config, Scope, ServerConfig};
+use crate::db::redis::RedisLedger;
 use crate::db::{self as store, SharedStore, StoreOptions};
 use crate::deadletter::replay::ReplayContext;
 use crate::ingress::Sources;
+use crate::ledger::port::LedgerStore;
+use crate::ledger::tier::TierEvents;
+use crate::ledger::{Tiered, Tiers};
 use crate::metrics::{DeclaredNames, Metrics};
 use crate::outbox::KillSwitch;
 use crate::state::AppState;
@@ -36,14 +40,22 @@ pub async fn open_store(config: &Config, clock: SharedClock) -> Result<SharedSto
         max_batch: config.database.group_commit_max_batch,
         max_wait: std::time::Duration::from_micros(config.database.group_commit_max_wait_us),
     };
-    store::connect_with(&config.database.url, options, group)
-        .await
-        .with_context(|| {
-            format!(
-                "opening database {}",
-                crate::config::redact_url(&config.database.url)
-            )
-        })
+    let url = &config.database.url;
+    match store::connect_with(url, options, group).await {
+        Ok(store) => Ok(store),
+        Err(err) => {
+            // A pool says only "timed out"; one direct try names the cause
+            // (refused, authentication, unknown database, read-only).
+            let cause = match crate::db::probe::probe(url).await {
+                Err(cause) => format!(" ({cause})"),
+                Ok(_) => String::new(),
+            };
+            Err(anyhow::Error::new(err).context(format!(
+                "opening database {}{cause}",
+                crate::config::redact_url(url)
+            )))
+        }
+    }
 }
 
 /// Builds the app around a migrated store. When no token is configured and
@@ -98,24 +110,65 @@ pub async fn build_state(
         &config.operations,
         &config.dead_letters,
         wake.clone(),
+        Arc::new(config.redactor()),
     );
     let metrics = Metrics::from_config(&config.metrics, declared_names(&config));
     let server_key = server_key(&config.server, &store).await?;
+    let metrics = Arc::new(metrics);
+    let (runs, redis, tiers) = tiers(&config, &store, &clock, metrics.clone())?;
     let state = AppState::new(crate::state::Shared {
+        runs,
+        redis,
+        tiers,
         schemas: Arc::new(schemas),
         wake,
         kill_switch: KillSwitch::new(store.clone()),
         sources: Arc::new(sources),
+        refused: Arc::default(),
+        logbook: crate::ingress::Logbook::spawn(store.clone()),
         proxies: Arc::new(proxies),
         store,
         auth: Arc::new(auth),
-        metrics: Arc::new(metrics),
+        metrics,
         config: Arc::new(config),
         clock,
         replay,
         server_key,
     });
     Ok((state, bootstrap))
+}
+
+/// The ledger's port for the API, the Redis tier's store (when a
+/// namespace is on it) and the namespaces' tiers.
+type TierParts = (Arc<dyn LedgerStore>, Option<Arc<RedisLedger>>, Tiers);
+
+/// The ledger's port for the API, sending each namespace to its tier,
+/// and the Redis tier's store when a namespace is on it.
+fn tiers(
+    config: &Config,
+    store: &SharedStore,
+    clock: &SharedClock,
+    events: Arc<dyn TierEvents>,
+) -> Result<TierParts> {
+    let tiers = Tiers::of(&config.ledger);
+    let redis = if tiers.any_redis() {
+        let redis = RedisLedger::new(
+            &config.redis,
+            clock.clone(),
+            Arc::new(config.ledger.clone()),
+            Arc::new(config.redactor()),
+        )?;
+        Some(Arc::new(redis))
+    } else {
+        None
+    };
+    let runs = Arc::new(Tiered {
+        sql: store.clone(),
+        redis: redis.clone().map(|r| -> Arc<dyn LedgerStore> { r }),
+        tiers: tiers.clone(),
+        events,
+    });
+    Ok((runs, redis, tiers))
 }
 
 /// The key of `approve_by_exception`'s human sample: the secret in the

@@ -23,6 +23,14 @@ use crate::state::AppState;
 pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<()> {
     // A crash-point setting with a typo stops here, before anything runs.
     crate::chaos::arm().map_err(anyhow::Error::msg)?;
+    // Held until serve returns: one server per SQLite file.
+    let _serve_lock = if config.database.url.starts_with("sqlite:") {
+        Some(crate::db::sqlite::serve_lock::lock_for_serve(
+            &config.database.url,
+        )?)
+    } else {
+        None
+    };
     let clock: SharedClock = Arc::new(SystemClock);
     let store = open_store(&config, clock.clone()).await?;
     store.migrate().await.context("applying migrations")?;
@@ -37,7 +45,7 @@ pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<()> {
     }
     let (state, bootstrap) = build_state(config, store.clone(), clock).await?;
     if let Some(token) = bootstrap {
-        print_bootstrap_token(&token);
+        show_bootstrap_token(&token, &state.config.database.url)?;
     }
     if state.auth.is_empty() {
         tracing::warn!("no API token is usable; every API call will be refused");
@@ -66,8 +74,10 @@ pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<()> {
         let app = super::router::metrics_router(state.clone());
         tokio::spawn(serve_connections(l, app, limits, shutdown.clone()))
     });
+    let logbook = state.logbook.clone();
     run_server(listener, state, shutdown.clone()).await?;
     shutdown.cancel();
+    logbook.flush().await;
     if let Some(metrics) = metrics {
         let _ = metrics.await;
     }
@@ -77,17 +87,73 @@ pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<()> {
     Ok(())
 }
 
-/// Shows the first-start admin token, the only time it is ever shown.
+/// Shows the first-start admin token, the only time it is ever shown: on
+/// a terminal, printed; otherwise (a pipe, a file, journald, a container
+/// log) written to a file readable by its owner only, whose path is
+/// printed, so the token does not end up in whatever collects stdout.
 /// A stdout that cannot be written is ignored (`println!` would panic).
-fn print_bootstrap_token(token: &str) {
-    use std::io::Write;
+///
+/// # Errors
+/// The token file cannot be written (the token would be lost).
+fn show_bootstrap_token(token: &str, database_url: &str) -> Result<()> {
+    use std::io::{IsTerminal, Write};
+    let mut out = std::io::stdout();
+    if out.is_terminal() {
+        let _ = writeln!(
+            out,
+            "No API token is configured, so oncegate created one admin token.\n\
+             It is shown only this once (only its digest is stored):\n\n    {token}\n\n\
+             Use it as `Authorization: Bearer <token>`. Configure [[tokens]] \
+             (`oncegate token new`) to replace it."
+        );
+        return Ok(());
+    }
+    let path = bootstrap_token_path(database_url);
+    write_private(&path, &format!("{token}\n"))
+        .with_context(|| format!("writing the first-start admin token to {}", path.display()))?;
     let _ = writeln!(
-        std::io::stdout(),
+        out,
         "No API token is configured, so oncegate created one admin token.\n\
-         It is shown only this once (only its digest is stored):\n\n    {token}\n\n\
-         Use it as `Authorization: Bearer <token>`. Configure [[tokens]] \
-         (`oncegate token new`) to replace it."
+         stdout is not a terminal, so it is not printed: it is in {} \
+         (readable by its owner only; only its digest is stored).\n\
+         Use it as `Authorization: Bearer <token>`, then delete the file. \
+         Configure [[tokens]] (`oncegate token new`) to replace it.",
+        path.display()
     );
+    tracing::warn!(path = %path.display(), "the first-start admin token was written to a file");
+    Ok(())
+}
+
+/// Where the first-start token goes when stdout is not a terminal: beside
+/// the SQLite database (the service's state directory), or in the working
+/// directory for PostgreSQL; absolute, so the printed path can be used
+/// from anywhere.
+fn bootstrap_token_path(database_url: &str) -> std::path::PathBuf {
+    const NAME: &str = "oncegate-admin-token";
+    let sqlite_dir = database_url
+        .strip_prefix("sqlite:")
+        .and_then(|_| {
+            <sqlx::sqlite::SqliteConnectOptions as std::str::FromStr>::from_str(database_url).ok()
+        })
+        .and_then(|o| o.get_filename().parent().map(std::path::Path::to_owned))
+        .filter(|dir| !dir.as_os_str().is_empty());
+    let path = sqlite_dir.unwrap_or_default().join(NAME);
+    std::path::absolute(&path).unwrap_or(path)
+}
+
+/// Writes `text` to `path`, replacing it, readable by its owner only.
+fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut open = std::fs::OpenOptions::new();
+    open.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
+    let mut file = open.open(path)?;
+    // A file that existed keeps its mode through open(): narrow it first.
+    #[cfg(unix)]
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    file.write_all(text.as_bytes())?;
+    file.sync_all()
 }
 
 /// Serves the app on `listener` until `shutdown` is cancelled, then lets

@@ -160,37 +160,6 @@ fn to_json<T: Serialize>(value: Option<&T>) -> Option<Value> {
     value.and_then(|v| serde_json::to_value(v).ok())
 }
 
-/// Cards as a plain-text table for the terminal.
-pub fn card_table(cards: &[ApprovalCard]) -> String {
-    use std::fmt::Write;
-    let mut out = format!(
-        "{:<36}  {:<9}  {:<16}  {:<30}  {:<12}  {:<25}  {}\n",
-        "ID", "STATE", "OPERATION", "NAMESPACE / KEY", "REQUESTED BY", "EXPIRES", "EFFECTS"
-    );
-    for c in cards {
-        let effects: Vec<String> = c
-            .effects
-            .iter()
-            .map(|e| format!("{}→{}", e.effect_type, e.target))
-            .collect();
-        let _ = writeln!(
-            out,
-            "{:<36}  {:<9}  {:<16}  {:<30}  {:<12}  {:<25}  {}",
-            c.id,
-            c.state.as_str(),
-            c.operation,
-            format!("{} / {}", c.namespace, c.key),
-            c.requested_by.as_deref().unwrap_or("-"),
-            c.expires_at,
-            effects.join(", ")
-        );
-    }
-    if cards.is_empty() {
-        out.push_str("(none)\n");
-    }
-    out
-}
-
 /// An inbox filter that names no state.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("must be pending, approved, rejected, expired, escalated or all")]

@@ -152,6 +152,7 @@ pub fn callback_effect(
         spec: EffectSpec::default(),
         not_before: None,
         role: crate::outbox::EffectRole::Notify,
+        schema_version: None,
     }
 }
 

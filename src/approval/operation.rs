@@ -65,6 +65,16 @@ pub struct OperationConfig {
     pub output: Option<OutputContract>,
 }
 
+/// Whether `name` may name a declared thing (an operation, a dead-letter
+/// transform): 1-128 letters, digits, `_`, `.` or `-`.
+pub fn is_config_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+}
+
 impl OperationConfig {
     /// The effective gate policy, if one can be decided.
     pub fn gate(&self) -> Option<GatePolicy> {
@@ -89,13 +99,7 @@ impl OperationConfig {
     /// # Errors
     /// `(field, message)` for the first bad field.
     pub fn validate(&self, at: &str) -> Result<(), (String, String)> {
-        let ok_name = !self.name.is_empty()
-            && self.name.len() <= 128
-            && self
-                .name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
-        if !ok_name {
+        if !is_config_name(&self.name) {
             return Err((
                 format!("{at}.name"),
                 "must be 1-128 letters, digits, '_', '.' or '-'".into(),

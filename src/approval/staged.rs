@@ -24,6 +24,10 @@ pub struct StagedEffect {
     idempotency_key: String,
     spec: EffectSpec,
     not_before: Option<Millis>,
+    /// Absent when none was declared, so the digests of effects staged
+    /// without one are what they were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    schema_version: Option<String>,
 }
 
 impl From<&NewEffect> for StagedEffect {
@@ -42,6 +46,7 @@ impl From<&NewEffect> for StagedEffect {
             idempotency_key: e.idempotency_key.clone(),
             spec: e.spec.clone(),
             not_before: e.not_before,
+            schema_version: e.schema_version.clone(),
         }
     }
 }
@@ -60,6 +65,7 @@ impl From<StagedEffect> for NewEffect {
             spec: s.spec,
             not_before: s.not_before,
             role: crate::outbox::EffectRole::Act,
+            schema_version: s.schema_version,
         }
     }
 }

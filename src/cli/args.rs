@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use super::dlq::DlqArgs;
+use super::remote::Remote;
 use crate::config::{LogFormat, Scope};
 use crate::lab::{FaultKind, Strategy};
 
@@ -43,14 +44,28 @@ pub enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
-    /// The kill switch: hold or release every effect, or one target's.
+    /// The kill switch: hold or release every effect, or one target's
+    /// (through the server with --url/--token, else on the database).
     Actions {
+        /// The server and an admin token (operator to read).
+        #[command(flatten)]
+        remote: Remote,
+        /// Print JSON instead of a table.
+        #[arg(long, global = true)]
+        json: bool,
         /// What to do.
         #[command(subcommand)]
         command: ActionsCommand,
     },
-    /// Run (ledger) commands.
+    /// Run (ledger) commands (through the server with --url/--token, else
+    /// on the database).
     Runs {
+        /// The server and a workflow or operator token.
+        #[command(flatten)]
+        remote: Remote,
+        /// Print JSON instead of a table.
+        #[arg(long, global = true)]
+        json: bool,
         /// The runs command.
         #[command(subcommand)]
         command: RunsCommand,
@@ -61,8 +76,12 @@ pub enum Command {
     /// The Idempotency-Key proxy: resolve an unknown key as found or not
     /// found (talks to the running server; needs an operator token).
     Proxy(super::proxy::ProxyArgs),
-    /// The audit log: verify chains and checkpoints, write a checkpoint.
+    /// The audit log: verify chains and checkpoints, write a checkpoint
+    /// (on the database); the latest results (`status`, through the server).
     Audit {
+        /// The server and an operator token (for `status`).
+        #[command(flatten)]
+        remote: Remote,
         /// The audit command.
         #[command(subcommand)]
         command: AuditCommand,
@@ -84,8 +103,12 @@ pub enum Command {
         /// The new backup file (must not exist).
         file: PathBuf,
     },
-    /// Approval challenges.
+    /// Approval challenges (through the server with --url/--token, else on
+    /// the database).
     Approvals {
+        /// The server and an approver or operator token.
+        #[command(flatten)]
+        remote: Remote,
         /// The approvals command.
         #[command(subcommand)]
         command: ApprovalsCommand,
@@ -93,6 +116,18 @@ pub enum Command {
     /// The Retry Lab: compare delivery strategies under injected faults in
     /// a seeded simulation (no database, no network).
     Lab(LabArgs),
+}
+
+impl Command {
+    /// Whether the command runs the service's work (and so needs every
+    /// setting, secrets included) rather than a tool's: serving, checking
+    /// the configuration, retention and recovery passes.
+    pub fn needs_service_config(&self) -> bool {
+        matches!(
+            self,
+            Self::Serve | Self::Config { .. } | Self::Retention { .. } | Self::Recovery { .. }
+        )
+    }
 }
 
 /// `oncegate approvals …`.
@@ -116,7 +151,12 @@ pub enum ApprovalsCommand {
 #[derive(Debug, Subcommand)]
 pub enum ConfigCommand {
     /// Validate the configuration (file and environment) without starting.
-    Check,
+    Check {
+        /// Also try the database once (5 s at most) and name why it cannot
+        /// be used: refused, authentication, unknown database, read-only.
+        #[arg(long)]
+        connect: bool,
+    },
 }
 
 /// `oncegate token …`.
@@ -158,7 +198,7 @@ pub enum ActionsCommand {
 /// `oncegate runs …`.
 #[derive(Debug, Subcommand)]
 pub enum RunsCommand {
-    /// Print one run as JSON.
+    /// Show one run (`--json`: as the API answers it).
     Get {
         /// The run's namespace.
         namespace: String,
@@ -182,6 +222,13 @@ pub enum AuditCommand {
     },
     /// Write a checkpoint over every chain head now.
     Checkpoint,
+    /// What the latest verification and checkpoint found (through the
+    /// server: `--url`, `--token`).
+    Status {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Check an archive file's chains against the heads its runs recorded.
     VerifyArchive {
         /// A `runs-*.jsonl` file written by retention.

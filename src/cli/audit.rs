@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 use super::args::AuditCommand;
+use super::remote::{text, Remote};
 use crate::audit::{verify, verify_chain, write_checkpoint, AuditEntry, AuditRecord};
 use crate::audit::{CheckpointReason, Verification};
 use crate::clock::{Clock, SystemClock};
@@ -18,9 +19,11 @@ use crate::db::SharedStore;
 ///
 /// # Errors
 /// The database failed, or (verify) the log did not verify.
-pub async fn run(command: AuditCommand, config: &Config) -> Result<()> {
-    if let AuditCommand::VerifyArchive { file } = command {
-        return verify_archive(&file);
+pub async fn run(command: AuditCommand, remote: &Remote, config: &Config) -> Result<()> {
+    match command {
+        AuditCommand::VerifyArchive { file } => return verify_archive(&file),
+        AuditCommand::Status { json } => return status(remote, json, config).await,
+        _ => {}
     }
     let store = super::open(config).await?;
     let result = match command {
@@ -49,7 +52,7 @@ pub async fn run(command: AuditCommand, config: &Config) -> Result<()> {
             }
             Ok(())
         }
-        AuditCommand::VerifyArchive { .. } => Ok(()),
+        AuditCommand::VerifyArchive { .. } | AuditCommand::Status { .. } => Ok(()),
     };
     store.close().await;
     result
@@ -90,6 +93,52 @@ async fn run_verify(store: &SharedStore, namespace: Option<&str>, json: bool) ->
     }
     if !report.ok() {
         bail!("audit verification failed: {} problem(s)", report.failures);
+    }
+    Ok(())
+}
+
+/// `oncegate audit status`: the latest verification and checkpoint, as the
+/// server recorded them. Exits non-zero when the latest verification found
+/// a problem or the latest checkpoint an anomaly, so a cron job can alert.
+async fn status(remote: &Remote, json: bool, config: &Config) -> Result<()> {
+    let found = remote.client(config)?.get("/v1/audit/status", &[]).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&found)?);
+    } else {
+        let v = &found["verification"];
+        if v.is_null() {
+            println!("verification: none yet");
+        } else {
+            println!(
+                "verification: {} at {}: {} chain(s), {} problem(s){}",
+                if v["failures"] == 0 { "ok" } else { "FAILED" },
+                text(&v["finished_at"]),
+                text(&v["chains"]),
+                text(&v["failures"]),
+                v["first_failure"]
+                    .as_str()
+                    .map(|f| format!("; first: {f}"))
+                    .unwrap_or_default()
+            );
+        }
+        let c = &found["checkpoint"];
+        if c.is_null() {
+            println!("checkpoint: none yet");
+        } else {
+            println!(
+                "checkpoint: #{} at {} ({}): {} chain(s), {} anomaly(ies)",
+                text(&c["id"]),
+                text(&c["created_at"]),
+                text(&c["reason"]),
+                text(&c["chain_count"]),
+                text(&c["anomalies"])
+            );
+        }
+    }
+    let failures = found["verification"]["failures"].as_i64().unwrap_or(0);
+    let anomalies = found["checkpoint"]["anomalies"].as_i64().unwrap_or(0);
+    if failures > 0 || anomalies > 0 {
+        bail!("the audit log needs attention: run `oncegate audit verify` on the host");
     }
     Ok(())
 }

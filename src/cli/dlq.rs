@@ -5,23 +5,20 @@
 //! any other client; bulk jobs run inside the server, and this command only
 //! creates, watches, stops and resumes them.
 
-use std::time::Duration;
-
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 
+use super::remote::Remote;
+pub(super) use super::remote::{text, Client};
 use crate::config::Config;
 
 /// `oncegate dlq …`.
 #[derive(Debug, Args)]
 pub struct DlqArgs {
-    /// Base URL of the running server (default: `http://` + `server.listen`).
-    #[arg(long, env = "ONCEGATE_URL", global = true)]
-    pub url: Option<String>,
-    /// An operator token. Prefer `ONCEGATE_TOKEN`: arguments show in process lists.
-    #[arg(long, env = "ONCEGATE_TOKEN", global = true, hide_env_values = true)]
-    pub token: Option<String>,
+    /// The server and the operator token.
+    #[command(flatten)]
+    pub remote: Remote,
     /// Print the server's JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,
@@ -93,14 +90,9 @@ pub enum DlqCommand {
         #[arg(long)]
         note: String,
     },
-    /// Replay: the same effects under the same idempotency keys.
-    Replay {
-        /// Dead letter id.
-        id: String,
-        /// Why (required).
-        #[arg(long)]
-        reason: String,
-    },
+    /// Replay: the same effects under the same idempotency keys; after a
+    /// fix, with the failed effect's body corrected.
+    Replay(super::dlq_fix::ReplayArgs),
     /// Release a run that queued no effect (stranded, reclaim budget
     /// exhausted, workflow error) back to the workflow's re-run: the next
     /// claim reclaims it, with its reclaim budget restarted.
@@ -179,67 +171,6 @@ pub enum JobsCommand {
     },
 }
 
-/// The server's HTTP API as an operator sees it.
-pub(super) struct Client {
-    base: String,
-    token: String,
-    http: reqwest::Client,
-}
-
-impl Client {
-    /// A client of the server at `url` (default: `server.listen`) with an
-    /// operator `token`.
-    pub(super) fn new(url: Option<&str>, token: Option<&str>, config: &Config) -> Result<Self> {
-        let token = token
-            .map(str::to_owned)
-            .context("an operator token is required: set ONCEGATE_TOKEN (or --token)")?;
-        let base = url.map(str::to_owned).unwrap_or_else(|| {
-            let listen = config.server.listen;
-            let host = if listen.ip().is_unspecified() {
-                "127.0.0.1".to_owned()
-            } else {
-                listen.ip().to_string()
-            };
-            format!("http://{host}:{}", listen.port())
-        });
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(60))
-            .build()
-            .context("building the HTTP client")?;
-        Ok(Self {
-            base: base.trim_end_matches('/').to_owned(),
-            token,
-            http,
-        })
-    }
-
-    async fn send(&self, req: reqwest::RequestBuilder) -> Result<Value> {
-        let resp = req
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .with_context(|| format!("reaching {}", self.base))?;
-        let status = resp.status();
-        let body: Value = resp.json().await.unwrap_or(Value::Null);
-        if !status.is_success() {
-            let detail = body["detail"].as_str().unwrap_or("no detail");
-            let kind = body["type"].as_str().unwrap_or("");
-            bail!("{status}: {detail} ({kind})");
-        }
-        Ok(body)
-    }
-
-    pub(super) async fn get(&self, path: &str, query: &[(&str, String)]) -> Result<Value> {
-        self.send(self.http.get(format!("{}{path}", self.base)).query(query))
-            .await
-    }
-
-    pub(super) async fn post(&self, path: &str, body: &Value) -> Result<Value> {
-        self.send(self.http.post(format!("{}{path}", self.base)).json(body))
-            .await
-    }
-}
-
 pub(super) fn filter_query(f: &FilterArgs) -> Vec<(&'static str, String)> {
     [
         ("class", &f.class),
@@ -251,14 +182,6 @@ pub(super) fn filter_query(f: &FilterArgs) -> Vec<(&'static str, String)> {
     .into_iter()
     .filter_map(|(k, v)| v.clone().map(|v| (k, v)))
     .collect()
-}
-
-pub(super) fn text(v: &Value) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
 }
 
 /// Posts an operator command (`resolve`, `replay`, `release`, `replace`)
@@ -286,7 +209,7 @@ async fn act(
 /// The server could not be reached or refused the command (its problem
 /// detail is shown).
 pub async fn run(args: DlqArgs, config: &Config) -> Result<()> {
-    let client = Client::new(args.url.as_deref(), args.token.as_deref(), config)?;
+    let client = args.remote.client(config)?;
     let json_out = args.json;
     let out = match args.command {
         DlqCommand::List {
@@ -328,25 +251,18 @@ pub async fn run(args: DlqArgs, config: &Config) -> Result<()> {
             let body = json!({ "resolution": resolution, "note": note });
             act(&client, &id, "resolve", &body, json_out).await?
         }
-        DlqCommand::Replay { id, reason } => {
-            act(
-                &client,
-                &id,
-                "replay",
-                &json!({ "reason": reason }),
-                json_out,
-            )
-            .await?
+        DlqCommand::Replay(fix) => {
+            let dry_run = fix.dry_run;
+            let answer = super::dlq_fix::replay(&client, fix).await?;
+            if dry_run {
+                answer
+            } else {
+                super::dlq_show::action_line(&answer, json_out, "replayed")
+            }
         }
         DlqCommand::Release { id, reason } => {
-            act(
-                &client,
-                &id,
-                "release",
-                &json!({ "reason": reason }),
-                json_out,
-            )
-            .await?
+            let body = json!({ "reason": reason });
+            act(&client, &id, "release", &body, json_out).await?
         }
         DlqCommand::Replace { id, key, reason } => {
             let body = json!({ "key": key, "reason": reason });

@@ -61,6 +61,7 @@ pub(super) fn print_show(detail: &Value) {
         "operation",
         "correlation_id",
         "workflow_version",
+        "schema_version",
         "payload_ref",
         "payload_hash",
         "owner",
@@ -75,7 +76,11 @@ pub(super) fn print_show(detail: &Value) {
         println!("{field:<20} {}", text(&d[field]));
     }
     println!(
-        "\nlast evidence:\n{}",
+        "\nrequest sent:\n{}",
+        serde_json::to_string_pretty(&d["last_request"]).unwrap_or_default()
+    );
+    println!(
+        "\nthe target's answer:\n{}",
         serde_json::to_string_pretty(&d["last_evidence"]).unwrap_or_default()
     );
     println!("\neffects:");

@@ -2,9 +2,13 @@
 //!
 //! `main.rs` parses the command line (the types in `args.rs`), loads the
 //! configuration and sets up logging, then hands the command to [`run`].
-//! `serve` is the composition root's ([`crate::app::serve`]); every other
-//! command opens the database directly (like `migrate`), except `dlq` and
-//! `proxy`, which talk to the running server over its API.
+//! `serve` is the composition root's ([`crate::app::serve`]). The operator
+//! commands talk to a running server over its API (`remote.rs`: `--url`,
+//! `--token`): `dlq` and `proxy` always; `actions`, `runs get` and
+//! `approvals list` when a URL or token is given, and on the database
+//! directly otherwise; `audit status` always. `migrate`, `backup` and
+//! `audit verify|checkpoint` open the database directly, so they run with
+//! the server down, and need only the database settings.
 
 use std::sync::Arc;
 
@@ -22,11 +26,13 @@ mod audit;
 mod backup;
 mod config;
 mod dlq;
+mod dlq_fix;
 mod dlq_jobs;
 mod dlq_show;
 mod lab;
 mod proxy;
 mod recovery;
+mod remote;
 mod retention;
 mod runs;
 mod token;
@@ -48,11 +54,8 @@ pub async fn run(command: Command, config: Config) -> Result<()> {
         Command::Serve => serve(config, shutdown_on_signal()).await,
         Command::Migrate => migrate(&config).await,
         Command::Config {
-            command: ConfigCommand::Check,
-        } => {
-            config::check(&config);
-            Ok(())
-        }
+            command: ConfigCommand::Check { connect },
+        } => config::check(&config, connect).await,
         Command::Token {
             command:
                 TokenCommand::New {
@@ -64,20 +67,27 @@ pub async fn run(command: Command, config: Config) -> Result<()> {
             print!("{}", new_token_text(&subject, &scopes, &roles));
             Ok(())
         }
-        Command::Actions { command } => actions::run(command, &config).await,
+        Command::Actions {
+            remote,
+            json,
+            command,
+        } => actions::run(command, &remote, json, &config).await,
         Command::Dlq(args) => dlq::run(args, &config).await,
         Command::Proxy(args) => proxy::run(args, &config).await,
-        Command::Audit { command } => audit::run(command, &config).await,
+        Command::Audit { remote, command } => audit::run(command, &remote, &config).await,
         Command::Retention { command } => retention::run(command, &config).await,
         Command::Recovery { command } => recovery::run(command, &config).await,
         Command::Backup { file } => backup::run(&file, &config).await,
         Command::Approvals {
+            remote,
             command: ApprovalsCommand::List { state, limit, json },
-        } => approvals::list(&state, limit, json, &config).await,
+        } => approvals::list(&state, limit, json, &remote, &config).await,
         Command::Lab(args) => lab::run(&args),
         Command::Runs {
+            remote,
+            json,
             command: RunsCommand::Get { namespace, key },
-        } => runs::get(namespace, key, &config).await,
+        } => runs::get(namespace, key, &remote, json, &config).await,
     }
 }
 

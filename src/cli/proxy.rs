@@ -6,18 +6,15 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use super::dlq::{text, Client};
+use super::remote::{text, Remote};
 use crate::config::Config;
 
 /// `oncegate proxy …`.
 #[derive(Debug, Args)]
 pub struct ProxyArgs {
-    /// Base URL of the running server (default: `http://` + `server.listen`).
-    #[arg(long, env = "ONCEGATE_URL", global = true)]
-    pub url: Option<String>,
-    /// An operator token. Prefer `ONCEGATE_TOKEN`: arguments show in process lists.
-    #[arg(long, env = "ONCEGATE_TOKEN", global = true, hide_env_values = true)]
-    pub token: Option<String>,
+    /// The server and the operator token.
+    #[command(flatten)]
+    pub remote: Remote,
     /// What to do.
     #[command(subcommand)]
     pub command: ProxyCommand,
@@ -60,7 +57,7 @@ pub enum ProxyCommand {
 /// # Errors
 /// The server is unreachable or refused the decision.
 pub async fn run(args: ProxyArgs, config: &Config) -> Result<()> {
-    let client = Client::new(args.url.as_deref(), args.token.as_deref(), config)?;
+    let client = args.remote.client(config)?;
     let ProxyCommand::Resolve {
         proxy,
         subject,

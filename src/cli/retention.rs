@@ -36,14 +36,19 @@ pub async fn run(command: RetentionCommand, config: &Config) -> Result<()> {
     let report = result?;
     let verb = if dry_run { "would be" } else { "were" };
     println!(
-        "{} run(s) {verb} archived, {} tombstone(s) {verb} deleted",
-        report.archived, report.tombstones_deleted
+        "{} run(s) {verb} archived, {} tombstone(s) {verb} deleted, \
+         {} resolved dead letter(s) past their retention deadline {verb} archived and deleted",
+        report.archived, report.tombstones_deleted, report.dead_letters_expired
     );
     if !dry_run {
         println!(
             "{} delivered effect body(ies) replaced by their redacted form, \
-             {} proxy answer(s) past their window deleted",
-            report.scrubbed, report.proxy_answers_deleted
+             {} proxy answer(s) past their window deleted, {} deliveries-log entr(y/ies) \
+             and {} unclaimed duplicate_of bod(y/ies) past deliveries_days deleted",
+            report.scrubbed,
+            report.proxy_answers_deleted,
+            report.deliveries_deleted,
+            report.duplicate_bodies_deleted
         );
     }
     for file in &report.files {

@@ -59,3 +59,31 @@ impl Named for ProxyConfig {
         &self.name
     }
 }
+
+/// Every operation `[dead_letters]` names (a transform's, a four-eyes
+/// entry) is declared, or is the webhook forward.
+pub(super) fn validate_dead_letter_operations(
+    dead_letters: &crate::deadletter::DeadLetterConfig,
+    operations: &[OperationConfig],
+) -> Result<(), ConfigError> {
+    let declared = |name: &str| {
+        name == crate::ingress::FORWARD_OPERATION || operations.iter().any(|o| o.name == name)
+    };
+    for (i, t) in dead_letters.transforms.iter().enumerate() {
+        if !declared(&t.operation) {
+            return Err(ConfigError::field(
+                format!("dead_letters.transforms[{i}].operation"),
+                format!("no [[operations]] entry is named {:?}", t.operation),
+            ));
+        }
+    }
+    for (i, op) in dead_letters.four_eyes.iter().enumerate() {
+        if !declared(op) {
+            return Err(ConfigError::field(
+                format!("dead_letters.four_eyes[{i}]"),
+                format!("no [[operations]] entry is named {op:?}"),
+            ));
+        }
+    }
+    Ok(())
+}

@@ -11,7 +11,7 @@
 //! target, the approval links' address, the dispatcher's lease against the
 //! targets' timeouts). Each part is handed only its own sections.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Deserialize;
 
@@ -21,7 +21,9 @@ use crate::outbox::{DispatcherConfig, TargetConfig};
 use lists::validate_list;
 
 mod lists;
+mod load;
 pub mod sections;
+mod tiers;
 
 pub use crate::ledger::LedgerConfig;
 pub use crate::tokens::{is_digest, Scope, TokenConfig};
@@ -118,6 +120,8 @@ pub struct Config {
     pub recovery: crate::ledger::RecoveryConfig,
     /// Idempotency-Key proxies in front of targets (`/proxy/{name}/…`).
     pub proxies: Vec<crate::proxy::ProxyConfig>,
+    /// The Redis that holds the `tier = "redis"` namespaces.
+    pub redis: crate::ledger::RedisConfig,
 }
 
 /// Environment variables that override the file, and the field each sets.
@@ -176,56 +180,16 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ),
     ("ONCEGATE_RETENTION_ARCHIVE_DIR", "retention.archive_dir"),
     ("ONCEGATE_RETENTION_BATCH_SIZE", "retention.batch_size"),
+    (
+        "ONCEGATE_RETENTION_DELIVERIES_DAYS",
+        "retention.deliveries_days",
+    ),
+    ("ONCEGATE_RETENTION_OUTPUT_DAYS", "retention.output_days"),
     ("ONCEGATE_LOG_FORMAT", "log.format"),
     ("ONCEGATE_LOG_LEVEL", "log.level"),
 ];
 
 impl Config {
-    /// Loads the file (if any) and applies `env` overrides, then checks it.
-    /// `env` is the process environment: its `ONCEGATE_*` variables override
-    /// the file, and `env:NAME` target secret headers are read from it.
-    ///
-    /// # Errors
-    /// [`ConfigError`] naming the file, line or field that is wrong.
-    pub fn load(
-        path: Option<&Path>,
-        env: impl IntoIterator<Item = (String, String)>,
-    ) -> Result<Self, ConfigError> {
-        let mut table = match path {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-                    path: path.to_owned(),
-                    source,
-                })?;
-                text.parse::<toml::Table>()
-                    .map_err(|e| ConfigError::Syntax {
-                        path: path.to_owned(),
-                        message: e.to_string(),
-                    })?
-            }
-            None => toml::Table::new(),
-        };
-        let env: std::collections::HashMap<String, String> = env.into_iter().collect();
-        for (name, value) in &env {
-            if let Some((_, field)) = ENV_VARS.iter().find(|(var, _)| var == name) {
-                set_field(&mut table, field, value);
-            }
-        }
-        let mut config: Config = serde_path_to_error::deserialize(toml::Value::Table(table))
-            .map_err(|e| {
-                let field = e.path().to_string();
-                ConfigError::field(field, e.into_inner().message().to_string())
-            })?;
-        // `env:NAME` target credentials (e.g. the secret header an n8n
-        // Webhook node checks) are read once, here.
-        for (i, target) in config.targets.iter_mut().enumerate() {
-            target.resolve_env_secrets(&format!("targets[{i}]"), |var| env.get(var).cloned())?;
-        }
-        config.server.normalise_public_base();
-        config.validate()?;
-        Ok(config)
-    }
-
     /// Checks every section, then the relations between sections.
     ///
     /// # Errors
@@ -259,7 +223,10 @@ impl Config {
             "used",
             crate::proxy::ProxyConfig::validate,
         )?;
+        self.redis.validate(&self.ledger)?;
         self.validate_relations()?;
+        lists::validate_dead_letter_operations(&self.dead_letters, &self.operations)?;
+        tiers::validate(self)?;
         let bounds = crate::proxy::config::Bounds {
             max_lease_ms: self.ledger.max_lease_ms,
             request_timeout_ms: self.server.request_timeout_ms,

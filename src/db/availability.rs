@@ -31,7 +31,9 @@ impl StoreError {
                 .is_some_and(|e| sqlite_unavailable(i64::from(e.extended_code & 0xff))),
             // A commit that failed (the disk, the lock) or a writer that
             // stopped: nothing was stored, and later may succeed.
-            Self::BatchFailed(_) | Self::WriterClosed | Self::ReadOnly => true,
+            Self::BatchFailed(_) | Self::WriterClosed | Self::ReadOnly | Self::Unavailable(_) => {
+                true
+            }
             _ => false,
         }
     }

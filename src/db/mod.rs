@@ -45,6 +45,8 @@ use crate::validate::port::OutputStore;
 pub mod availability;
 pub mod exec;
 pub mod postgres;
+pub mod probe;
+pub mod redis;
 pub mod rows;
 pub mod sql;
 pub mod sqlite;
@@ -237,6 +239,7 @@ pub trait Store:
     ReplayStore
     + LedgerStore
     + IngressStore
+    + crate::ingress::port::DeliveryStore
     + OutboxStore
     + ApprovalStore
     + SessionStore

@@ -80,8 +80,10 @@ fn recorded_selection(selection: &Selection, ids: usize, via: Option<&str>) -> V
 }
 
 impl BulkReplay<'_> {
-    /// Freezes the selection, plans it, and creates the running job over
-    /// exactly those ids with the summary at creation.
+    /// Freezes the selection, plans it, and creates the job over exactly
+    /// those ids with the summary at creation: running, or, when it holds
+    /// an operation of `dead_letters.four_eyes`, stopped until another
+    /// operator starts it.
     ///
     /// # Errors
     /// [`StartError`]: nothing was created.
@@ -96,6 +98,7 @@ impl BulkReplay<'_> {
             selection: recorded_selection(&job.selection, ids.len(), job.via),
             // A summary is string-keyed maps and counts: it always serialises.
             summary: serde_json::to_value(&summary).unwrap_or_default(),
+            four_eyes: !summary.four_eyes.is_empty(),
             dead_letter_ids: ids,
         };
         let created = self.store.create_replay_job(&new).await?;

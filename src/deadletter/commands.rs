@@ -64,6 +64,22 @@ pub struct ReplayCommand {
     /// reclaim budget restarted); a run with effects is refused
     /// ([`Refusal::RunHasEffects`]) instead of replayed.
     pub release: bool,
+    /// Replay after a fix: one effect's corrected body (and, when the
+    /// target may hold a request under the old key, its new key).
+    pub correction: Option<EffectCorrection>,
+}
+
+/// One effect's corrected body, written in the replay's transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EffectCorrection {
+    /// The effect.
+    pub effect_id: String,
+    /// Its corrected body.
+    pub body: Vec<u8>,
+    /// The key it goes out under (its own, or a new one).
+    pub idempotency_key: String,
+    /// What the audit entry records (transform, hashes, keys).
+    pub audit: Value,
 }
 
 impl ReplayCommand {
@@ -84,6 +100,7 @@ impl ReplayCommand {
             job_item: None,
             challenge: None,
             release,
+            correction: None,
         }
     }
 }
@@ -132,6 +149,8 @@ pub enum Refusal {
     /// A release was asked for a run that queued this many effects: its
     /// effects must be replayed (same keys) or the record resolved.
     RunHasEffects(i64),
+    /// The effect a correction names finished or left the run meanwhile.
+    EffectNotReplayable(String),
 }
 
 impl Refusal {
@@ -153,6 +172,9 @@ impl Refusal {
             Self::RunHasEffects(n) => format!(
                 "the run queued {n} effect(s), so it cannot go back to the workflow's re-run: \
                  replay it (the same effects under the same keys) or resolve it; nothing was changed"
+            ),
+            Self::EffectNotReplayable(id) => format!(
+                "effect {id} is no longer an unfinished effect of this run; nothing was changed"
             ),
         }
     }

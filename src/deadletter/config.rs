@@ -1,9 +1,12 @@
-//! `[dead_letters]`: ownership routing, retention of resolved records, and
-//! the bulk replay runner.
+//! `[dead_letters]`: ownership routing, retention of resolved records, the
+//! bulk replay runner, the declared body transforms, and the operations
+//! whose replays need a second operator.
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
+
+use super::transform::{self, TransformConfig};
 
 /// `[dead_letters]`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -26,6 +29,12 @@ pub struct DeadLetterConfig {
     pub max_rate_per_sec: i64,
     /// Most items one job may hold.
     pub max_job_items: i64,
+    /// Named, versioned corrections of an effect's body (RFC 6902 JSON
+    /// Patch) a replay may apply.
+    pub transforms: Vec<TransformConfig>,
+    /// Operations whose replays need two operators: one creates the replay
+    /// job, another starts it.
+    pub four_eyes: Vec<String>,
 }
 
 impl Default for DeadLetterConfig {
@@ -39,6 +48,8 @@ impl Default for DeadLetterConfig {
             job_poll_ms: 1_000,
             max_rate_per_sec: 100,
             max_job_items: 5_000,
+            transforms: Vec::new(),
+            four_eyes: Vec::new(),
         }
     }
 }
@@ -50,6 +61,11 @@ impl DeadLetterConfig {
             .get(namespace)
             .or(self.default_owner.as_ref())
             .map(String::as_str)
+    }
+
+    /// Whether replays of `operation` need a second operator.
+    pub fn four_eyes_for(&self, operation: &str) -> bool {
+        self.four_eyes.iter().any(|o| o == operation)
     }
 
     /// How long a resolved record is kept, in milliseconds.
@@ -87,6 +103,7 @@ impl DeadLetterConfig {
                 "must be between 1 and 100000".into(),
             ));
         }
+        transform::validate_all(&self.transforms)?;
         Ok(())
     }
 }

@@ -2,7 +2,8 @@
 //! created, worked item by item under a rate limit by one runner at a time.
 //!
 //! A job is `running` (a runner may lease it), `stopped` (an operator halted
-//! it between items; `resume` makes it running again) or `completed`. Each
+//! it between items, or it waits for a second operator to start it; `resume`
+//! makes it running again) or `completed`. Each
 //! item records its own outcome in the transaction that replays it, so a
 //! stopped or crashed job reports exactly which items ran.
 
@@ -127,6 +128,9 @@ pub struct NewReplayJob {
     pub summary: Value,
     /// The dead letters, in the order they will be worked.
     pub dead_letter_ids: Vec<String>,
+    /// It replays an operation listed in `dead_letters.four_eyes`: it is
+    /// created stopped, and only another operator may start it.
+    pub four_eyes: bool,
 }
 
 /// Counts of a job's items.
@@ -173,6 +177,10 @@ pub struct ReplayJob {
     pub updated_at: Millis,
     /// When its last item was worked.
     pub finished_at: Option<Millis>,
+    /// It waits for, or was started by, a second operator.
+    pub four_eyes: bool,
+    /// The second operator who started a four-eyes job.
+    pub started_by: Option<String>,
 }
 
 /// One item of a job.

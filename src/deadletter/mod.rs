@@ -22,7 +22,12 @@
 //! - [`jobs`]: bulk replay jobs and their items.
 //! - [`replay`]: the replay and replacement logic shared by the API and
 //!   the job runner (gate checks, effect re-keying).
+//! - [`fix`]: the dry run and the replay of a correction.
+//! - [`four_eyes`]: operations whose replays need a second operator.
+//! - [`request`]: the request a dead-lettered effect sent, as shown.
 //! - [`runner`]: the background job runner inside `oncegate serve`.
+//! - [`correct`]: replay after a fix: a corrected body (whole, or by a
+//!   declared [`transform`]), its diff and the key-keeping rule.
 //! - [`config`]: the `[dead_letters]` section of the configuration.
 
 use std::fmt;
@@ -33,17 +38,22 @@ use serde::{Deserialize, Serialize};
 pub mod bulk;
 pub mod commands;
 pub mod config;
+pub mod correct;
 pub mod filter;
+pub mod fix;
+pub mod four_eyes;
 pub mod jobs;
 pub mod plan;
 pub mod port;
 pub mod record;
 pub mod replay;
+pub mod request;
 pub mod runner;
+pub mod transform;
 
 pub use commands::{
-    ActionOutcome, ExecutionFailed, ExecutionFailure, JobItemRef, Refusal, ReplaceCommand,
-    ReplayCommand, ResolveCommand, RunLink,
+    ActionOutcome, EffectCorrection, ExecutionFailed, ExecutionFailure, JobItemRef, Refusal,
+    ReplaceCommand, ReplayCommand, ResolveCommand, RunLink,
 };
 pub use config::DeadLetterConfig;
 pub use filter::{Cursor, DeadLetterFilter};

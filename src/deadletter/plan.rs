@@ -15,7 +15,7 @@ use utoipa::ToSchema;
 use super::filter::{Criteria, FilterError};
 use super::port::ReplayStore;
 use super::replay::{gate_of, ReplayError};
-use super::{DeadLetterConfig, Refusal};
+use super::{four_eyes, DeadLetterConfig, Refusal};
 use crate::approval::OperationConfig;
 use crate::clock::Clock;
 use crate::ledger::storage::StoreError;
@@ -85,6 +85,9 @@ pub struct Summary {
     pub gated: Vec<GatedItem>,
     /// Items that would be refused, and why.
     pub refused: Vec<RefusedItem>,
+    /// Operations among the items whose replays need a second operator:
+    /// the job is created stopped, and only another operator may start it.
+    pub four_eyes: Vec<String>,
 }
 
 /// A dry run: the frozen ids, in order, and what replaying them would do.
@@ -284,6 +287,16 @@ impl BulkReplay<'_> {
         let ns = Namespace::parse(dl.namespace.clone()).map_err(corrupt)?;
         let key = IdempotencyKey::parse(dl.key.clone()).map_err(corrupt)?;
         let effects = self.store.effects_of(&ns, &key).await?;
+        let ops = dl
+            .operation
+            .iter()
+            .map(String::as_str)
+            .chain(effects.iter().map(|e| e.new.operation.as_str()));
+        if let Some(op) = four_eyes::guarded(self.config, ops) {
+            if !s.four_eyes.iter().any(|o| o == op) {
+                s.four_eyes.push(op.to_owned());
+            }
+        }
         match gate_of(self.operations, &dl, &effects) {
             Err(ReplayError::UndeclaredOperation(op)) => s
                 .refused

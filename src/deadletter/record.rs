@@ -60,7 +60,7 @@ pub struct DeadLetter {
     pub operation: Option<String>,
     /// The workflow version that claimed the run.
     pub workflow_version: Option<String>,
-    /// The schema version of the run's validated output, when one was recorded.
+    /// The schema version the failed effect's commit declared, if any.
     pub schema_version: Option<String>,
     /// Where the payload is: `raw_event:<id>`, or the run's source URL.
     pub payload_ref: Option<String>,
@@ -76,6 +76,9 @@ pub struct DeadLetter {
     pub attempts: Value,
     /// The last target evidence (status, selected headers, truncated body).
     pub last_evidence: Option<Value>,
+    /// The request the failed effect sent: method, URL, stored headers,
+    /// idempotency key and body (redacted; never the target's credentials).
+    pub last_request: Option<Value>,
     /// The run's state when it was recorded.
     pub run_state: Option<String>,
     /// The run's state now (`None` if the run no longer exists).

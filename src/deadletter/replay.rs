@@ -7,11 +7,13 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
-use super::commands::{ActionOutcome, JobItemRef, ReplaceCommand, ReplayCommand};
+use super::commands::{ActionOutcome, ReplaceCommand, ReplayCommand};
+use super::four_eyes::{self, FourEyes};
 use super::port::ReplayStore;
 use super::record::DeadLetter;
 use super::{DeadLetterClass, DeadLetterConfig, Refusal};
 use crate::approval::{GatePolicy, OperationConfig};
+use crate::audit::Redactor;
 use crate::clock::Millis;
 use crate::ingress::{RawEvent, RawStatus, FORWARD_OPERATION};
 use crate::ledger::storage::StoreError;
@@ -29,6 +31,10 @@ pub struct ReplayContext {
     pub retain_ms: Millis,
     /// Wakes the dispatcher when effects are re-queued.
     pub wake: Arc<Notify>,
+    /// The declared body transforms and the four-eyes operations.
+    pub config: Arc<DeadLetterConfig>,
+    /// The redaction rules a dry run shows bodies through.
+    pub redactor: Arc<Redactor>,
 }
 
 impl ReplayContext {
@@ -39,12 +45,15 @@ impl ReplayContext {
         operations: &[OperationConfig],
         dead_letters: &DeadLetterConfig,
         wake: Arc<Notify>,
+        redactor: Arc<Redactor>,
     ) -> Self {
         Self {
             store,
             operations: operations.into(),
             retain_ms: dead_letters.retain_ms(),
             wake,
+            config: Arc::new(dead_letters.clone()),
+            redactor,
         }
     }
 
@@ -59,12 +68,13 @@ fn operation<'a>(operations: &'a [OperationConfig], name: &str) -> Option<&'a Op
     operations.iter().find(|o| o.name == name)
 }
 
-/// A replay or replacement of a gated operation: it must go
-/// `dead_lettered → awaiting_human` with a new approval challenge.
+/// A replacement of a gated operation's dead letter: the corrected event
+/// must come from upstream under its new key and pass the gate there.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "operation {operation:?} is gated ({gate}): replaying dead letter {dead_letter_id} needs a new \
-     approval challenge, which this build cannot create yet; nothing was changed"
+    "operation {operation:?} is gated ({gate}): a replacement of dead letter {dead_letter_id} \
+     must come from upstream under its new key and pass the gate there (or replay it, which asks \
+     for a new approval); nothing was changed"
 )]
 pub struct ReplayRequiresApproval {
     /// The dead letter.
@@ -87,6 +97,13 @@ pub enum ReplayError {
     /// The run or its effects name an operation the config no longer declares.
     #[error("operation {0:?} is no longer declared in the config; declare it or resolve the dead letter")]
     UndeclaredOperation(String),
+    /// The corrected body cannot be made (unknown transform, one for another
+    /// operation, a patch that does not apply…).
+    #[error(transparent)]
+    Correction(#[from] super::correct::CorrectionError),
+    /// The operation needs a second operator to start its replay.
+    #[error(transparent)]
+    FourEyes(#[from] FourEyes),
     /// A replacement needs effects to carry over, and the run has none.
     #[error("the run queued no effect, so there is nothing to replace: replay it so the workflow re-runs under the same key, or resolve it")]
     NothingToReplace,
@@ -101,8 +118,8 @@ pub enum ReplayError {
 /// a new challenge stages the run's unfinished effects; approving it
 /// re-queues them under the same keys. The new challenge has no link (a
 /// link would have to be stored to be delivered): approvers find it in the
-/// approvals inbox. A gated replacement is refused: the corrected event
-/// should come from upstream under its new key and pass the gate there.
+/// approvals inbox. A corrected effect is staged with its corrected body
+/// and key, so the approver decides on what will be sent.
 ///
 /// # Errors
 /// [`ReplayError`]; a refusal of the store comes back as `Ok(Refused)`.
@@ -110,19 +127,9 @@ pub async fn replay_gated(
     ctx: &ReplayContext,
     dead_letter: &DeadLetter,
     gate: (&str, GatePolicy),
-    actor: &str,
-    reason: &str,
-    job_item: Option<&JobItemRef>,
-    replacement: Option<&ReplaceCommand>,
+    replay: &ReplayCommand,
 ) -> Result<ActionOutcome, ReplayError> {
-    if replacement.is_some() {
-        return Err(ReplayRequiresApproval {
-            dead_letter_id: dead_letter.id.clone(),
-            operation: gate.0.to_owned(),
-            gate: gate.1.as_str(),
-        }
-        .into());
-    }
+    let (actor, reason) = (&replay.actor, &replay.reason);
     let Some(op) = ctx.operation(gate.0) else {
         return Err(ReplayError::UndeclaredOperation(gate.0.to_owned()));
     };
@@ -140,7 +147,14 @@ pub async fn replay_gated(
                 crate::outbox::EffectState::Completed | crate::outbox::EffectState::Cancelled
             )
         })
-        .map(|e| e.new)
+        .map(|e| match &replay.correction {
+            Some(c) if c.effect_id == e.id => NewEffect {
+                body: Some(c.body.clone()),
+                idempotency_key: c.idempotency_key.clone(),
+                ..e.new
+            },
+            _ => e.new,
+        })
         .collect();
     let card = serde_json::json!({
         "summary": format!("Replay of dead letter {} ({})", dead_letter.id, dead_letter.class.as_str()),
@@ -152,12 +166,10 @@ pub async fn replay_gated(
     challenge.token_hash = None;
     let cmd = ReplayCommand {
         id: dead_letter.id.clone(),
-        actor: actor.to_owned(),
-        reason: reason.to_owned(),
         retain_ms: ctx.retain_ms,
-        job_item: job_item.cloned(),
         challenge: Some(challenge),
         release: false,
+        ..replay.clone()
     };
     Ok(ctx.store.replay_dead_letter(&cmd).await?)
 }
@@ -205,7 +217,9 @@ async fn open_record(ctx: &ReplayContext, id: &str) -> Result<Option<DeadLetter>
 }
 
 /// Replays one dead letter: the gate decides between [`replay_gated`] and
-/// the store's ungated replay (same effects, same keys).
+/// the store's ungated replay (same effects, same keys). Outside a job, a
+/// four-eyes operation is refused ([`FourEyes::JobRequired`]): a job's
+/// items passed the second operator when it was started.
 ///
 /// # Errors
 /// [`ReplayError`]; a refusal of the store comes back as `Ok(Refused)`.
@@ -222,10 +236,16 @@ pub async fn replay_one(
         // workflow, whose own writes are gated where they are made.
         if let (Ok(ns), Ok(key), true) = (ns, key, dl.class.stops_run() && !cmd.release) {
             let effects = ctx.store.effects_of(&ns, &key).await?;
+            let ops = dl
+                .operation
+                .iter()
+                .map(String::as_str)
+                .chain(effects.iter().map(|e| e.new.operation.as_str()));
+            if let (None, Some(op)) = (&cmd.job_item, four_eyes::guarded(&ctx.config, ops)) {
+                return Err(FourEyes::JobRequired(op.to_owned()).into());
+            }
             if let Some((op, gate)) = gate_of(&ctx.operations, &dl, &effects)? {
-                let item = cmd.job_item.as_ref();
-                return replay_gated(ctx, &dl, (&op, gate), &cmd.actor, &cmd.reason, item, None)
-                    .await;
+                return replay_gated(ctx, &dl, (&op, gate), &cmd).await;
             }
         }
     }
@@ -310,8 +330,15 @@ pub async fn replace_one(
         effects: new_effects,
         raw_event,
     };
+    // A gated replacement is refused: the corrected event should come from
+    // upstream under its new key and pass the gate there.
     if let Some((op, gate)) = gate_of(&ctx.operations, &dl, &effects)? {
-        return replay_gated(ctx, &dl, (&op, gate), actor, reason, None, Some(&cmd)).await;
+        return Err(ReplayRequiresApproval {
+            dead_letter_id: dl.id.clone(),
+            operation: op,
+            gate: gate.as_str(),
+        }
+        .into());
     }
     let outcome = ctx.store.replace_dead_letter(&cmd).await?;
     if matches!(outcome, ActionOutcome::Done { .. }) {

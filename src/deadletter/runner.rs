@@ -133,6 +133,7 @@ impl ReplayRunner {
             job_item: Some(item_ref.clone()),
             challenge: None,
             release: false,
+            correction: None,
         };
         let refused = match replay_one(&self.ctx, cmd).await {
             Ok(ActionOutcome::Refused(Refusal::JobNotRunning)) => return Ok(Next::Halt),

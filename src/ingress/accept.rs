@@ -11,8 +11,9 @@ use tokio::sync::Notify;
 
 use super::delivery::{forward_effect, kept_headers, locate, parse_json, slack_handshake};
 use super::event::{RawEvent, RawStatus};
-use super::port::IngressStore;
+use super::port::{DeliveryStore, IngressStore};
 use super::prepared::{PreparedSource, Sources};
+use super::record::Seen;
 use super::source::{ConflictPolicy, InFlightPolicy};
 use crate::clock::Clock;
 use crate::ledger::span::record_run;
@@ -34,6 +35,12 @@ pub struct Intake<'a> {
     pub sources: &'a Sources,
     /// Where deliveries are accepted.
     pub store: &'a dyn IngressStore,
+    /// Where a `duplicate_of` entry is written with its body.
+    pub log: &'a dyn DeliveryStore,
+    /// Where every other entry is handed over, to be written in batches.
+    pub logbook: &'a super::logbook::Logbook,
+    /// Unauthenticated deliveries, in memory only.
+    pub refused: &'a super::refused::RefusedRing,
     /// Counters of deliveries, signatures and conflicts.
     pub metrics: &'a Metrics,
     /// The injected clock (signature timestamps, receipt times).
@@ -150,20 +157,36 @@ impl<'a> Intake<'a> {
         Ok(self.source(name)?.config.max_body_bytes)
     }
 
-    fn source(&self, name: &str) -> Result<&'a PreparedSource, AcceptError> {
+    pub(super) fn source(&self, name: &str) -> Result<&'a PreparedSource, AcceptError> {
         self.sources
             .get(name)
             .ok_or_else(|| AcceptError::UnknownSource(name.to_owned()))
     }
 
-    /// Authenticates, parses and accepts one delivery to source `name`.
+    /// Authenticates, parses and accepts one delivery to source `name`,
+    /// and leaves its entry in the deliveries log (or, unauthenticated, in
+    /// the in-memory ring).
     ///
     /// # Errors
     /// [`AcceptError`]; only a quarantine stores anything on the way to
-    /// an error-free answer.
+    /// an error-free answer, and a log entry that cannot be written fails
+    /// only a `duplicate_of` delivery (its body must be kept before the 2xx).
     pub async fn accept(&self, name: &str, delivery: Delivery<'_>) -> Result<Answer, AcceptError> {
         let source = self.source(name)?;
+        let mut seen = Seen::default();
+        let result = self.take(source, delivery, &mut seen).await;
+        self.log(source, delivery.body, result, seen).await
+    }
+
+    async fn take(
+        &self,
+        source: &PreparedSource,
+        delivery: Delivery<'_>,
+        seen: &mut Seen,
+    ) -> Result<Answer, AcceptError> {
+        let name = source.config.name.as_str();
         let now_ms = self.clock.now_ms();
+        seen.received_at = now_ms;
         let (headers, body) = (delivery.headers, delivery.body);
         if let Err(err) = source
             .verifier
@@ -178,6 +201,7 @@ impl<'a> Intake<'a> {
             return Ok(Answer::Handshake(challenge));
         }
         let (claim, event) = self.event(source, delivery, json.as_ref(), now_ms)?;
+        seen.saw(&event);
         let forward = forward_effect(source, &event);
         let window = source.config.body_window_ms();
         let outcome = self
@@ -193,7 +217,7 @@ impl<'a> Intake<'a> {
         self.metrics.claim_answered(name, &outcome);
         self.metrics
             .ingress_event(name, event.event_type.as_deref(), &outcome);
-        self.answer(source, outcome, event).await
+        self.answer(source, outcome, event, seen).await
     }
 
     /// The claim of the event's ingress run, and the raw event to store.
@@ -269,16 +293,34 @@ impl<'a> Intake<'a> {
         source: &PreparedSource,
         outcome: ClaimOutcome,
         event: RawEvent,
+        seen: &mut Seen,
     ) -> Result<Answer, AcceptError> {
+        seen.run = Some(match &outcome {
+            ClaimOutcome::Claimed { run, .. } => run,
+            ClaimOutcome::Duplicate(run)
+            | ClaimOutcome::Finished(run)
+            | ClaimOutcome::Exhausted(run)
+            | ClaimOutcome::DuplicateOf(run)
+            | ClaimOutcome::InFlight(run)
+            | ClaimOutcome::Conflict(run) => run,
+        })
+        .map(|run| (run.namespace.to_string(), run.key.to_string()));
         Ok(match outcome {
             ClaimOutcome::Claimed { .. } => Answer::Accepted,
             ClaimOutcome::Duplicate(_) | ClaimOutcome::Finished(_) | ClaimOutcome::Exhausted(_) => {
                 Answer::Duplicate
             }
-            ClaimOutcome::DuplicateOf(holder) => Answer::DuplicateOf {
-                namespace: holder.namespace.to_string(),
-                key: holder.key.to_string(),
-            },
+            ClaimOutcome::DuplicateOf(holder) => {
+                // Kept with the log entry, never dropped silently.
+                seen.raw = Some(RawEvent {
+                    status: RawStatus::DuplicateOf,
+                    ..event
+                });
+                Answer::DuplicateOf {
+                    namespace: holder.namespace.to_string(),
+                    key: holder.key.to_string(),
+                }
+            }
             ClaimOutcome::InFlight(run) => match source.config.in_flight {
                 InFlightPolicy::Ack => Answer::InFlight,
                 InFlightPolicy::Retry => {

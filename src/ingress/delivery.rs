@@ -122,5 +122,6 @@ pub(super) fn forward_effect(source: &PreparedSource, event: &RawEvent) -> NewEf
         spec: EffectSpec::default(),
         not_before: None,
         role: EffectRole::Act,
+        schema_version: None,
     }
 }

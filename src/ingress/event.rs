@@ -12,6 +12,9 @@ pub enum RawStatus {
     Accepted,
     /// Same event id, different body: kept as evidence, never forwarded.
     Quarantined,
+    /// Another run holds its business key (or its body): kept, linked to
+    /// the holder in the deliveries log, forwarded only if an operator says so.
+    DuplicateOf,
 }
 
 impl RawStatus {
@@ -20,6 +23,7 @@ impl RawStatus {
         match self {
             Self::Accepted => "accepted",
             Self::Quarantined => "quarantined",
+            Self::DuplicateOf => "duplicate_of",
         }
     }
 }
@@ -35,7 +39,7 @@ pub struct RawEvent {
     pub event_id: String,
     /// The provider's event type, when known.
     pub event_type: Option<String>,
-    /// Accepted or quarantined.
+    /// Accepted, quarantined or duplicate_of.
     pub status: RawStatus,
     /// SHA-256 of the raw body.
     pub payload_hash: PayloadHash,

@@ -1,8 +1,11 @@
-//! The ingress's storage port: accepting a delivery in one transaction,
-//! quarantining a conflicting one, and reading the stored evidence.
+//! The ingress's storage ports: accepting a delivery in one transaction,
+//! quarantining a conflicting one, and reading the stored evidence; and
+//! the deliveries log with the operator's forwards.
 
 use async_trait::async_trait;
 
+use super::log::{DeliveryEntry, DeliveryFilter};
+use super::operator::{ForwardCommand, ForwardOutcome};
 use super::RawEvent;
 use crate::clock::Millis;
 use crate::ledger::storage::Result;
@@ -42,4 +45,41 @@ pub trait IngressStore: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// On database failure.
     async fn raw_event(&self, id: &str) -> Result<Option<RawEvent>>;
+}
+
+/// Storage calls of the deliveries log and the operator's forwards.
+#[async_trait]
+pub trait DeliveryStore: Send + Sync + std::fmt::Debug {
+    /// Records one verified delivery; with `raw`, stores that raw event in
+    /// the same transaction (a `duplicate_of` delivery's body).
+    ///
+    /// # Errors
+    /// On database failure; nothing is stored.
+    async fn record_delivery(&self, entry: &DeliveryEntry, raw: Option<&RawEvent>) -> Result<()>;
+
+    /// Records a batch of entries in one transaction.
+    ///
+    /// # Errors
+    /// On database failure; nothing is stored.
+    async fn record_deliveries(&self, entries: &[DeliveryEntry]) -> Result<()>;
+
+    /// A page of the log, newest first.
+    ///
+    /// # Errors
+    /// On database failure.
+    async fn deliveries(&self, filter: &DeliveryFilter) -> Result<Vec<DeliveryEntry>>;
+
+    /// One entry of the log.
+    ///
+    /// # Errors
+    /// On database failure.
+    async fn delivery(&self, id: &str) -> Result<Option<DeliveryEntry>>;
+
+    /// An operator's forward of a stored delivery, in one transaction: the
+    /// entry marked (guarded, so it happens once), a new run claimed and
+    /// approved with the forward effect, audited with its links.
+    ///
+    /// # Errors
+    /// On database failure; nothing is changed.
+    async fn forward_delivery(&self, cmd: &ForwardCommand) -> Result<ForwardOutcome>;
 }

@@ -23,8 +23,7 @@ use subtle::ConstantTimeEq;
 pub const DEFAULT_TOLERANCE_SECS: i64 = 300;
 
 const SHA256_LEN: usize = 32;
-const WHSEC_PREFIX: &str = "whsec_";
-const WEBHOOK_HEADERS: [&str; 3] = ["webhook-id", "webhook-timestamp", "webhook-signature"];
+const WEBHOOK_HEADERS: [&str; 3] = crate::outbox::signing::HEADERS;
 const SVIX_HEADERS: [&str; 3] = ["svix-id", "svix-timestamp", "svix-signature"];
 
 /// How a generic HMAC signature is written in its header.
@@ -319,15 +318,8 @@ fn key_bytes(
     if *scheme != Scheme::StandardWebhooks {
         return Ok(SecretSlice::from(secret.as_bytes().to_vec()));
     }
-    let bad = |why| ConfigProblem::BadWebhookSecret { index, why };
-    let encoded = secret.strip_prefix(WHSEC_PREFIX).unwrap_or(secret);
-    let key = BASE64
-        .decode(encoded)
-        .map_err(|_| bad("the part after whsec_ is not base64"))?;
-    if key.is_empty() {
-        return Err(bad("the key is empty"));
-    }
-    Ok(SecretSlice::from(key))
+    crate::outbox::signing::whsec_key(secret)
+        .map_err(|why| ConfigProblem::BadWebhookSecret { index, why })
 }
 
 fn malformed(name: &str, why: impl Into<String>) -> SignatureError {
@@ -691,7 +683,7 @@ mod tests {
             .iter()
             .filter(|c| c.scheme == Scheme::StandardWebhooks)
         {
-            let bare = &case.secret[WHSEC_PREFIX.len()..];
+            let bare = &case.secret[crate::outbox::signing::WHSEC_PREFIX.len()..];
             let got = case.kind(&[bare], &case.headers(), case.body.as_bytes(), case.now);
             assert_eq!(got, case.expect, "{}", case.name);
         }

@@ -96,6 +96,7 @@ impl Dispatcher {
                 honours_idempotency_keys: Some(downstream == Downstream::KeyHonoured),
                 idempotency_header: "Idempotency-Key".into(),
                 secret_headers: BTreeMap::new(),
+                signing_secrets: Vec::new(),
                 connect_timeout_ms: 2_000,
                 timeout_ms: super::sim::CALL_TIMEOUT_MS as u64,
                 status_classes: BTreeMap::new(),
@@ -142,6 +143,7 @@ impl Dispatcher {
             },
             not_before: None,
             role: crate::outbox::EffectRole::Act,
+            schema_version: None,
         };
         self.rows[event] = Some(Row {
             effect: Effect {

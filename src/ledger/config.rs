@@ -55,8 +55,8 @@ pub struct LedgerConfig {
     pub namespaces: Vec<NamespaceRecovery>,
 }
 
-/// `[[ledger.namespaces]]`: one namespace's recovery rules; an absent
-/// field takes the `[ledger]` value.
+/// `[[ledger.namespaces]]`: one namespace's recovery rules (an absent
+/// field takes the `[ledger]` value) and the tier its runs live on.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct NamespaceRecovery {
@@ -68,6 +68,9 @@ pub struct NamespaceRecovery {
     pub max_reclaims: Option<i64>,
     /// Its retry window.
     pub retry_window: Option<Span>,
+    /// Where its runs live: `sql` (the default) or `redis` (DESIGN.md §9).
+    #[serde(default)]
+    pub tier: Option<super::tier::Tier>,
 }
 
 /// The largest `max_reclaims` accepted (a typo guard, not a design limit).

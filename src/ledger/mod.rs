@@ -20,6 +20,7 @@ pub mod service;
 pub mod span;
 pub mod state;
 pub mod storage;
+pub mod tier;
 
 pub use config::{LedgerConfig, NamespaceRecovery, Span};
 pub use ids::{BusinessKey, IdempotencyKey, InvalidId, Namespace, PayloadHash};
@@ -30,3 +31,4 @@ pub use reclaim::{
 pub use recovery::{recover, RecoveryConfig, RecoveryReport};
 pub use run::{ClaimOutcome, ClaimRequest, Moved, OwnerCall, OwnerMove, Run, RunMetadata};
 pub use state::{InvalidTransition, Move, RunState};
+pub use tier::{RedisConfig, Tier, Tiered, Tiers};

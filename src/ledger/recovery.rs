@@ -184,6 +184,7 @@ mod tests {
             stranded_after: None,
             max_reclaims: Some(1),
             retry_window: None,
+            tier: None,
         });
         let sels = selections(&ledger, 7);
         assert_eq!(sels.len(), 2);

@@ -53,6 +53,10 @@ pub enum StoreError {
     /// default): found by the readiness check.
     #[error("the database takes no writes (read-only or a standby)")]
     ReadOnly,
+    /// The Redis tier's store did not answer in time, refused the
+    /// connection, or is loading: nothing was acknowledged.
+    #[error("the Redis claim store is unavailable: {0}")]
+    Unavailable(String),
     /// The database URL names no supported backend.
     #[error("unsupported database URL {0:?}: use sqlite://PATH or postgres://…")]
     UnsupportedUrl(String),

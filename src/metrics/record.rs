@@ -100,6 +100,7 @@ impl Metrics {
                 self.validation_failures
                     .with_label_values(&[op, failure.as_str()]);
             }
+            self.valid_outputs.with_label_values(&[op]);
         }
     }
 
@@ -132,6 +133,13 @@ impl Metrics {
     pub fn signature_failed(&self, source: &str) {
         let source = self.bounds.namespaces.label(source);
         self.signature_failures.with_label_values(&[source]).inc();
+    }
+
+    /// A request to a configured source's `/hooks` came to `outcome` (a
+    /// deliveries-log outcome name).
+    pub fn delivery(&self, source: &str, outcome: &'static str) {
+        let source = self.bounds.namespaces.label(source);
+        self.deliveries.with_label_values(&[source, outcome]).inc();
     }
 
     /// A verified delivery was claimed. `event_type` is the provider's
@@ -223,6 +231,12 @@ impl Metrics {
             .observe(seconds(wait_ms));
     }
 
+    /// A model output satisfied its schema.
+    pub fn output_valid(&self, operation: &str) {
+        let op = self.bounds.operations.label(operation);
+        self.valid_outputs.with_label_values(&[op]).inc();
+    }
+
     /// A model output failed its schema.
     pub fn validation_failed(&self, operation: &str, failure: ValidationFailure) {
         let op = self.bounds.operations.label(operation);
@@ -254,6 +268,14 @@ impl Metrics {
         self.http_duration
             .with_label_values(&[route, method, class])
             .observe(took.as_secs_f64());
+    }
+}
+
+impl crate::ledger::tier::TierEvents for Metrics {
+    fn ledger_call(&self, tier: crate::ledger::Tier, result: &'static str) {
+        self.ledger_calls
+            .with_label_values(&[tier.as_str(), result])
+            .inc();
     }
 }
 

@@ -100,11 +100,13 @@ pub struct Metrics {
     names: Vec<&'static str>,
     pub(super) bounds: Bounds,
     pub(super) claims: IntCounterVec,
+    pub(super) ledger_calls: IntCounterVec,
     pub(super) lease_steals: IntCounterVec,
     pub(super) recovered: IntCounterVec,
     pub(super) payload_conflicts: IntCounterVec,
     pub(super) signature_failures: IntCounterVec,
     pub(super) ingress_events: IntCounterVec,
+    pub(super) deliveries: IntCounterVec,
     pub(super) effect_attempts: IntCounterVec,
     pub(super) retry_exhaustions: IntCounterVec,
     pub(super) retries_near_budget: IntCounterVec,
@@ -112,6 +114,7 @@ pub struct Metrics {
     pub(super) gate_decisions: IntCounterVec,
     pub(super) gate_wait: HistogramVec,
     pub(super) validation_failures: IntCounterVec,
+    pub(super) valid_outputs: IntCounterVec,
     pub(super) processing_seconds: HistogramVec,
     pub(super) completion_seconds: HistogramVec,
     pub(super) http_duration: HistogramVec,
@@ -212,6 +215,11 @@ impl Metrics {
                 "Claims by namespace and outcome (claimed, duplicate, in_flight, finished, duplicate_of, conflict).",
                 &["namespace", "outcome"],
             ),
+            ledger_calls: b.counter(
+                "oncegate_ledger_calls_total",
+                "Calls of the ledger's store (claim, renew, finish, read) by tier (sql, redis) and result (ok, unavailable, error).",
+                &["tier", "result"],
+            ),
             lease_steals: b.counter(
                 "oncegate_lease_steals_total",
                 "Claims that took over a run whose owner's lease had expired.",
@@ -236,6 +244,11 @@ impl Metrics {
                 "oncegate_ingress_events_total",
                 "Verified webhook deliveries by source, event type and claim outcome.",
                 &["source", "event_type", "outcome"],
+            ),
+            deliveries: b.counter(
+                "oncegate_deliveries_total",
+                "Requests to /hooks by source and deliveries-log outcome (refused ones included).",
+                &["source", "outcome"],
             ),
             effect_attempts: b.counter(
                 "oncegate_effect_attempts_total",
@@ -272,6 +285,11 @@ impl Metrics {
                 "oncegate_validation_failures_total",
                 "Model outputs that failed their schema, by operation and outcome (invalid, repairs_exhausted).",
                 &["operation", "outcome"],
+            ),
+            valid_outputs: b.counter(
+                "oncegate_valid_outputs_total",
+                "Model outputs that satisfied their schema, by operation: the denominator of the validation failure rate.",
+                &["operation"],
             ),
             processing_seconds: b.histogram(
                 "oncegate_run_processing_seconds",
@@ -358,27 +376,4 @@ impl Default for Metrics {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_metric_is_named_oncegate() {
-        let metrics = Metrics::new();
-        assert!(metrics.names().len() >= 20);
-        for name in metrics.names() {
-            assert!(name.starts_with("oncegate_"), "{name}");
-        }
-    }
-
-    #[test]
-    fn config_rejects_bad_namespaces_and_huge_bounds() {
-        let mut config = MetricsConfig::default();
-        assert!(config.validate().is_ok());
-        config.namespaces = vec!["bad key".into()];
-        let (field, _) = config.validate().unwrap_err();
-        assert_eq!(field, "metrics.namespaces[0]");
-        config.namespaces.clear();
-        config.max_label_values = 1_000_000;
-        assert!(config.validate().is_err());
-    }
-}
+mod tests;

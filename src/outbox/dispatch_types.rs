@@ -212,6 +212,7 @@ mod tests {
             spec: EffectSpec::default(),
             not_before: None,
             role: crate::outbox::EffectRole::Act,
+            schema_version: None,
         };
         Leased {
             effect: Effect {

@@ -47,13 +47,13 @@ pub struct EffectRequest {
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     /// A JSON body.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Option<Object>)]
     pub body: Option<Value>,
     /// A 2xx whose body has `equals` at `pointer` is a business rejection.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Option<Object>)]
     pub reject: Option<RejectRule>,
     /// Where the target's id is: `{"header": "Location"}` or `{"pointer": "/id"}`.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Option<Object>)]
     pub external_id: Option<ExternalIdAt>,
     /// A GET URL template (`{external_ref}`, `{idempotency_key}`) that
     /// tells whether an unknown effect happened.
@@ -145,6 +145,7 @@ impl EffectRequest {
             },
             not_before,
             role: EffectRole::Act,
+            schema_version: None,
         })
     }
 }

@@ -32,6 +32,7 @@ pub mod port;
 pub mod scrub;
 pub mod seal;
 pub mod sender;
+pub mod signing;
 pub mod target;
 pub mod verdict;
 
@@ -198,6 +199,10 @@ pub struct NewEffect {
     pub not_before: Option<Millis>,
     /// Whether it acts or only notifies.
     pub role: EffectRole,
+    /// The schema version of the workflow that produced it, as the commit
+    /// declared it (DESIGN.md §7): a dead letter names it, so a fix can be
+    /// matched to the payload shape it corrects.
+    pub schema_version: Option<String>,
 }
 
 /// The downstream key of an effect when its operation names none:

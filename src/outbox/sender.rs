@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use super::classify::Attempted;
 use super::egress::EgressUrl;
 use super::scrub;
+use super::signing;
 use super::{Leased, TargetConfig};
 
 /// Largest response body read for classification.
@@ -107,6 +108,10 @@ impl TargetRuntime {
         for (name, value) in &self.config.secret_headers {
             insert(&mut headers, name, value.expose_secret());
         }
+        let body = effect.body.as_deref().unwrap_or_default();
+        if let Err(why) = self.sign(&mut headers, &effect.idempotency_key, body) {
+            return Attempted::NotSent(why);
+        }
         let mut request = self
             .client
             .request(method, url.url().clone())
@@ -115,6 +120,28 @@ impl TargetRuntime {
             request = request.body(body.clone());
         }
         self.finish(request.send().await).await
+    }
+
+    /// Adds the Standard Webhooks headers when the target has signing
+    /// secrets; they replace any the effect carried, so a workflow cannot
+    /// forge them.
+    ///
+    /// # Errors
+    /// A signing secret is not a key (only a target built without
+    /// configuration loading can have one).
+    pub fn sign(&self, headers: &mut HeaderMap, id: &str, body: &[u8]) -> Result<(), String> {
+        if self.config.signing_secrets.is_empty() {
+            return Ok(());
+        }
+        let now = signing::wall_clock_seconds();
+        let signed =
+            signing::headers(&self.config.signing_secrets, id, now, body).map_err(|(i, why)| {
+                format!("signing_secrets[{i}] of target {}: {why}", self.config.name)
+            })?;
+        for (name, value) in signed {
+            insert(headers, name, &value);
+        }
+        Ok(())
     }
 
     /// Reads an unknown effect back through its probe URL.
@@ -181,8 +208,9 @@ async fn read_answer(mut response: reqwest::Response) -> Attempted {
     }
 }
 
-/// A transport error in words, with its source chain (no URL credentials).
-fn describe(err: reqwest::Error) -> String {
+/// A transport error in words, with its source chain (no URL, so no
+/// credentials in it).
+pub fn describe(err: reqwest::Error) -> String {
     let err = err.without_url();
     let mut text = err.to_string();
     let mut cause = std::error::Error::source(&err);

@@ -23,11 +23,20 @@ pub(super) async fn send(
     upstream_key: Option<&str>,
 ) -> Upstream {
     let target = &p.target.config;
+    let mut headers = req.upstream_headers(target, upstream_key);
+    // A pass-through without a key still gets a unique webhook-id.
+    let id = upstream_key.map_or_else(
+        || format!("msg_{}", uuid::Uuid::new_v4().simple()),
+        str::to_owned,
+    );
+    if let Err(why) = p.target.sign(&mut headers, &id, &req.body) {
+        return Upstream::NotSent(why);
+    }
     let request = p
         .target
         .client()
         .request(req.method.clone(), url.url().clone())
-        .headers(req.upstream_headers(target, upstream_key))
+        .headers(headers)
         .body(req.body.clone());
     match request.send().await {
         Ok(response) => answer::read(response, &p.config, target).await,
@@ -46,17 +55,10 @@ pub(super) fn whole(sent: Upstream) -> Result<Answer, ProxyError> {
     }
 }
 
-/// A transport error in words, with its causes (no URL).
+/// A transport error in words, with its causes (no URL), sanitised: it
+/// goes back to the caller.
 fn describe(err: reqwest::Error) -> String {
-    let err = err.without_url();
-    let mut text = err.to_string();
-    let mut cause = std::error::Error::source(&err);
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    crate::ledger::service::sanitise_error(&text)
+    crate::ledger::service::sanitise_error(&crate::outbox::sender::describe(err))
 }
 
 /// One claimed key's forward.

@@ -1,4 +1,6 @@
-//! The retention archive: JSONL files, one line per run.
+//! The retention archive: JSONL files, one line per run (`runs-*.jsonl`),
+//! and one line per resolved dead letter removed at its own retention
+//! deadline (`dead-letters-*.jsonl`).
 //!
 //! A line holds the run row and every row of every table that belongs to
 //! it (effects, their attempts, audit events, raw deliveries, dead
@@ -86,14 +88,47 @@ pub fn line(material: &RunMaterial, archived_at: Millis) -> Value {
     Value::Object(map)
 }
 
-/// Writes one batch durably and returns its path.
+/// The JSON line of one resolved dead letter removed at its retention
+/// deadline: its row as stored, redacted through its namespace's rules.
+pub fn dead_letter_line(redactor: &Redactor, row: Value, archived_at: Millis) -> Value {
+    let ns = row
+        .get("namespace")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let key = row.get("run_key").cloned().unwrap_or(Value::Null);
+    let mut row = row;
+    redactor.evidence(&ns, &mut row, &[]);
+    serde_json::json!({
+        "format": FORMAT,
+        "archived_at": to_datetime(archived_at).to_rfc3339(),
+        "namespace": ns,
+        "key": key,
+        "dead_letter": row,
+    })
+}
+
+/// Writes one batch of run lines durably and returns its path.
 ///
 /// # Errors
 /// The directory or file cannot be created, written or synced.
 pub fn write_batch(dir: &Path, lines: &[Value], now: Millis) -> std::io::Result<PathBuf> {
+    write_named(dir, "runs", lines, now)
+}
+
+/// Writes one batch durably as `<kind>-<time>-<id>.jsonl` and returns its path.
+///
+/// # Errors
+/// The directory or file cannot be created, written or synced.
+pub fn write_named(
+    dir: &Path,
+    kind: &str,
+    lines: &[Value],
+    now: Millis,
+) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
     let stamp = to_datetime(now).format("%Y%m%dT%H%M%S%.3fZ");
-    let name = format!("runs-{stamp}-{}.jsonl", uuid::Uuid::now_v7().simple());
+    let name = format!("{kind}-{stamp}-{}.jsonl", uuid::Uuid::now_v7().simple());
     let path = dir.join(&name);
     let tmp = dir.join(format!(".{name}.partial"));
     let result = (|| {

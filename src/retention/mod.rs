@@ -1,5 +1,7 @@
 //! Retention (DESIGN.md §8): old terminal runs archived to JSONL and
-//! slimmed to tombstones, old tombstones deleted with an audit checkpoint.
+//! slimmed to tombstones, old tombstones deleted with an audit checkpoint,
+//! resolved dead letters archived and deleted at their own deadline, and
+//! finished runs' raw model output erased after `output_days`.
 //!
 //! - [`rules`]: the `[retention]` section, the windows per namespace and
 //!   the selections they make, and what a sweep handles and reports.

@@ -47,6 +47,14 @@ pub struct RetentionConfig {
     pub batch_size: u32,
     /// Per-namespace windows.
     pub overrides: Vec<RetentionOverride>,
+    /// Deliveries-log entries older than this are deleted, with the
+    /// `duplicate_of` bodies no run took up (an event's other raw
+    /// deliveries go with its run's archive).
+    pub deliveries_days: u32,
+    /// Days a finished run's raw model output is kept (DESIGN.md §6:
+    /// shorter than the run's archive window by default); afterwards only
+    /// its validity, violations and model identity remain.
+    pub output_days: u32,
 }
 
 impl Default for RetentionConfig {
@@ -59,6 +67,8 @@ impl Default for RetentionConfig {
             archive_dir: PathBuf::from("archive"),
             batch_size: 500,
             overrides: Vec::new(),
+            deliveries_days: 30,
+            output_days: 30,
         }
     }
 }
@@ -88,8 +98,14 @@ impl RetentionConfig {
         if !(1..=100_000).contains(&self.batch_size) {
             return err("batch_size", "must be between 1 and 100000");
         }
+        if self.deliveries_days == 0 {
+            return err("deliveries_days", "must be positive");
+        }
         if self.archive_dir.as_os_str().is_empty() {
             return err("archive_dir", "must name a directory");
+        }
+        if self.output_days == 0 {
+            return err("output_days", "must be at least 1");
         }
         let mut seen = std::collections::HashSet::new();
         for (i, o) in self.overrides.iter().enumerate() {
@@ -233,6 +249,15 @@ pub struct SweepReport {
     pub tombstones_deleted: u64,
     /// Idempotency-Key proxy answers deleted after their window.
     pub proxy_answers_deleted: u64,
+    /// Deliveries-log entries deleted after `deliveries_days`.
+    pub deliveries_deleted: u64,
+    /// Unclaimed `duplicate_of` bodies deleted after `deliveries_days`.
+    pub duplicate_bodies_deleted: u64,
+    /// Resolved dead letters archived and deleted at their retention
+    /// deadline (`dead_letters.retention_days` after resolution).
+    pub dead_letters_expired: u64,
+    /// Raw model outputs of finished runs erased after `output_days`.
+    pub outputs_expired: u64,
     /// Archive files written.
     pub files: Vec<String>,
     /// Dry run: nothing was written.

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use super::archive;
-use super::rules::{RetentionConfig, RunMaterial, Selection, SweepReport};
+use super::rules::{RetentionConfig, RunMaterial, Selection, SweepReport, DAY_MS};
 use crate::audit::checkpoint::Removal;
 use crate::audit::port::AuditStore;
 use crate::audit::{write_checkpoint, CheckpointReason, Redactor};
@@ -64,6 +64,17 @@ pub async fn sweep<S: RetentionStore + AuditStore + ProxyStore + ?Sized>(
             }
         }
         store.forget_ingress_bodies(now).await?;
+        let before = now - i64::from(config.deliveries_days) * DAY_MS;
+        loop {
+            let (entries, bodies) = store.forget_deliveries(before, SCRUB_BATCH).await?;
+            report.deliveries_deleted += entries;
+            report.duplicate_bodies_deleted += bodies;
+            if entries < SCRUB_BATCH as u64 && bodies < SCRUB_BATCH as u64 {
+                break;
+            }
+        }
+        let cutoff = now - i64::from(config.output_days) * DAY_MS;
+        report.outputs_expired = store.expire_outputs(cutoff).await?;
         // Answers past their proxy's window (the draft's expiry policy).
         loop {
             let n = store.purge_answers(SCRUB_BATCH).await?;
@@ -79,7 +90,48 @@ pub async fn sweep<S: RetentionStore + AuditStore + ProxyStore + ?Sized>(
     for sel in config.selections(now, true) {
         delete_tombstones(store, &sel, now, &mut report).await?;
     }
+    expire_dead_letters(store, config, redactor, now, &mut report).await?;
     Ok(report)
+}
+
+/// Resolved dead letters past their retention deadline: written to an
+/// archive file (redacted, like a run's), then deleted.
+async fn expire_dead_letters<S: RetentionStore + ?Sized>(
+    store: &S,
+    config: &RetentionConfig,
+    redactor: &Redactor,
+    now: Millis,
+    report: &mut SweepReport,
+) -> Result<(), SweepError> {
+    if report.dry_run {
+        let due = store.expired_dead_letters(now, 100_000).await?;
+        report.dead_letters_expired += due.len() as u64;
+        return Ok(());
+    }
+    for _ in 0..MAX_BATCHES {
+        let rows = store.expired_dead_letters(now, SCRUB_BATCH).await?;
+        if rows.is_empty() {
+            break;
+        }
+        let ids: Vec<String> = rows
+            .iter()
+            .filter_map(|r| r.get("id").and_then(|v| v.as_str()).map(str::to_owned))
+            .collect();
+        let lines: Vec<_> = rows
+            .into_iter()
+            .map(|row| archive::dead_letter_line(redactor, row, now))
+            .collect();
+        let path = write(&config.archive_dir, "dead-letters", lines, now).await?;
+        let file = path.display().to_string();
+        let removed = store.remove_dead_letters(&ids, &file, now).await?;
+        report.dead_letters_expired += removed;
+        report.files.push(file);
+        tracing::info!(dead_letters = removed, file = %path.display(), "archived and deleted resolved dead letters past their retention deadline");
+        if removed == 0 || (ids.len() as i64) < SCRUB_BATCH {
+            break;
+        }
+    }
+    Ok(())
 }
 
 fn counting(sel: &Selection) -> Selection {
@@ -117,7 +169,7 @@ async fn archive_window<S: RetentionStore + AuditStore + ?Sized>(
             }
         }
         let lines: Vec<_> = materials.iter().map(|m| archive::line(m, now)).collect();
-        let path = write(&config.archive_dir, lines, now).await?;
+        let path = write(&config.archive_dir, "runs", lines, now).await?;
         let file = path.display().to_string();
         report.archived += materials.len() as u64;
         let slimmed = store.slim_runs(&materials, &file, now).await?;
@@ -133,14 +185,16 @@ async fn archive_window<S: RetentionStore + AuditStore + ?Sized>(
 
 async fn write(
     dir: &Path,
+    kind: &'static str,
     lines: Vec<serde_json::Value>,
     now: Millis,
 ) -> Result<std::path::PathBuf, SweepError> {
     let owned = dir.to_owned();
-    let result = tokio::task::spawn_blocking(move || archive::write_batch(&owned, &lines, now))
-        .await
-        .map_err(std::io::Error::other)
-        .and_then(|r| r);
+    let result =
+        tokio::task::spawn_blocking(move || archive::write_named(&owned, kind, &lines, now))
+            .await
+            .map_err(std::io::Error::other)
+            .and_then(|r| r);
     result.map_err(|source| SweepError::Archive {
         dir: dir.display().to_string(),
         source,

@@ -16,10 +16,12 @@ use super::session::Operator;
 use super::{purpose, text_field};
 use crate::clock::Millis;
 use crate::deadletter::replay::{replay_one, ReplayError};
+use crate::deadletter::request::as_sent;
 use crate::deadletter::{
     ActionOutcome, DeadLetter, DeadLetterClass, ReplayCommand, Resolution, ResolveCommand,
 };
 use crate::ledger::RunState;
+use crate::outbox::TargetConfig;
 use crate::state::AppState;
 
 /// What the last command did (shown once after the redirect).
@@ -53,11 +55,12 @@ pub async fn show(
         @if dl.is_open() {
             p.card { strong { "Next: " } (dl.next_action.as_deref().unwrap_or(dl.class.next_action())) }
             (commands(&viewer, &dl))
+            @if dl.current_state == Some(RunState::DeadLettered) { (super::fix::form(&app, &dl)) }
         } @else {
             (resolution(&dl, now))
         }
         h2 { "Evidence" }
-        (evidence(&dl, now))
+        (evidence(&dl, now, &app.config.targets))
     };
     Ok(viewer.page(&format!("Dead letter {}", dl.id), Nav::DeadLetters, body))
 }
@@ -178,7 +181,33 @@ fn resolution(dl: &DeadLetter, now: Millis) -> Markup {
     }
 }
 
-fn evidence(dl: &DeadLetter, now: Millis) -> Markup {
+/// The request the failed effect sent, as its target received it (the
+/// credential headers named, never valued).
+fn request_sent(dl: &DeadLetter, targets: &[TargetConfig]) -> Markup {
+    let Some(stored) = &dl.last_request else {
+        return html! {};
+    };
+    let shown = as_sent(stored, &dl.namespace, &dl.key, targets);
+    let field = |name: &str| {
+        shown
+            .get(name)
+            .and_then(|v| v.as_str())
+            .unwrap_or("?")
+            .to_owned()
+    };
+    html! {
+        h3 { "Request sent" }
+        p { code { (field("method")) " " (field("url")) } }
+        @if let Some(headers) = shown.get("headers").and_then(|h| h.as_object()) {
+            div.scroll { table.kv { @for (name, value) in headers {
+                tr { th scope="row" { (name) } td { (value.as_str().unwrap_or("")) } }
+            } } }
+        }
+        @if let Some(body) = shown.get("body").filter(|b| !b.is_null()) { (json_block(body)) }
+    }
+}
+
+fn evidence(dl: &DeadLetter, now: Millis, targets: &[TargetConfig]) -> Markup {
     let row = |name: &str, value: Markup| html! { tr { th scope="row" { (name) } td { (value) } } };
     let text = |v: &Option<String>| or_dash(v.as_deref());
     html! {
@@ -199,9 +228,10 @@ fn evidence(dl: &DeadLetter, now: Millis) -> Markup {
             (row("Previous record", html! { @if let Some(p) = &dl.previous_id { a href={ "/ui/dead-letters/" (p) } { (p) } } @else { "—" } }))
             (row("Kept until", html! { @if let Some(t) = dl.retain_until { (at(t, now)) } @else { "—" } }))
         } }
+        (request_sent(dl, targets))
+        @if let Some(e) = &dl.last_evidence { h3 { "The target's answer" } (json_block(e)) }
         h3 { "Attempt history" }
         (json_block(&dl.attempts))
-        @if let Some(e) = &dl.last_evidence { h3 { "Last target evidence" } (json_block(e)) }
         h3 { "Detail" }
         (json_block(&dl.detail))
     }

@@ -22,17 +22,20 @@ pub enum Nav {
     Approvals,
     /// `/ui/dead-letters`.
     DeadLetters,
+    /// `/ui/deliveries`.
+    Deliveries,
     /// `/ui/replay-jobs`.
     Jobs,
     /// `/ui/actions`.
     Actions,
 }
 
-const SECTIONS: [(Nav, &str, &str); 6] = [
+const SECTIONS: [(Nav, &str, &str); 7] = [
     (Nav::Dashboard, "/ui", "Dashboard"),
     (Nav::Runs, "/ui/runs", "Runs"),
     (Nav::Approvals, "/ui/approvals", "Approvals"),
     (Nav::DeadLetters, "/ui/dead-letters", "Dead letters"),
+    (Nav::Deliveries, "/ui/deliveries", "Deliveries"),
     (Nav::Jobs, "/ui/replay-jobs", "Replay jobs"),
     (Nav::Actions, "/ui/actions", "Actions"),
 ];

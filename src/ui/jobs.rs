@@ -104,6 +104,11 @@ fn controls(viewer: &Operator, job: &ReplayJob) -> Markup {
                 button.danger type="submit" { "Stop the job" }
                 span.note { "It stops between items; worked items stay worked." }
             },
+            JobState::Stopped if job.four_eyes && job.started_by.is_none() => form.row method="post" action={ "/ui/replay-jobs/" (job.id) "/resume" } {
+                input type="hidden" name="csrf" value=(viewer.csrf(&purpose("job-resume", &job.id)));
+                button.good type="submit" { "Start the job (second operator)" }
+                span.note { "It replays an operation that needs two operators: someone other than " (job.created_by) " starts it." }
+            },
             JobState::Stopped => form.row method="post" action={ "/ui/replay-jobs/" (job.id) "/resume" } {
                 input type="hidden" name="csrf" value=(viewer.csrf(&purpose("job-resume", &job.id)));
                 button.good type="submit" { "Resume the job" }
@@ -122,6 +127,7 @@ fn meta(job: &ReplayJob, now: Millis) -> Markup {
             tr { th scope="row" { "Reason" } td { (job.reason) } }
             tr { th scope="row" { "Rate" } td { (job.rate_per_sec) " item(s) per second" } }
             tr { th scope="row" { "Last change" } td { (at(job.updated_at, now)) " by " (job.changed_by) } }
+            @if job.four_eyes { tr { th scope="row" { "Four eyes" } td { @match &job.started_by { Some(s) => { "started by " strong { (s) } }, None => "waits for a second operator to start it" } } } }
         } }
         details { summary { "Dry-run summary at creation" } (json_block(&job.summary)) }
     }
@@ -152,7 +158,11 @@ async fn set_state(
 ) -> Result<Response> {
     let action = if stop { "job-stop" } else { "job-resume" };
     viewer.check_csrf(&purpose(action, id), form.csrf.as_deref())?;
-    find(app, id).await?;
+    let before = find(app, id).await?;
+    if !stop {
+        crate::deadletter::four_eyes::check_start(&before, viewer.subject())
+            .map_err(|e| UiError::Forbidden(e.to_string()))?;
+    }
     let job = app
         .store
         .set_replay_job_state(id, stop, viewer.subject())

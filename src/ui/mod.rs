@@ -15,11 +15,13 @@
 //! the JSON API, with the signed-in subject as the actor in the audit log.
 //!
 //! One page per file:
+//! - [`home`]: `/`, links to the console, the API document and health.
 //! - [`dashboard`]: the numbers an operator checks first, with charts.
 //! - [`runs`]: search runs by key, namespace, state or execution ref.
 //! - [`run`]: one key's four audit answers, timeline, effects, attempts.
 //! - [`approvals`]: pending challenges as cards, opening the decision page.
 //! - [`deadletters`] and [`deadletter`]: filters, evidence, resolve, replay.
+//! - [`deliveries`]: the deliveries log; forward anyway, redeliver.
 //! - [`replay`]: bulk replay: the dry-run summary, then the job.
 //! - [`jobs`]: replay jobs: progress, stop, resume.
 //! - [`actions`]: the kill switch, with a confirmation step.
@@ -36,8 +38,11 @@ pub mod charts;
 pub mod dashboard;
 pub mod deadletter;
 pub mod deadletters;
+pub mod deliveries;
 pub mod error;
+pub mod fix;
 pub mod frame;
+pub mod home;
 pub mod jobs;
 pub mod replay;
 pub mod run;
@@ -50,6 +55,7 @@ pub use session::{Operator, Viewer};
 /// The console's routes (merged into the app by [`crate::app::router`]).
 pub fn router() -> Router<AppState> {
     Router::new()
+        .route("/", get(home::show))
         .route("/ui", get(dashboard::show))
         .route("/ui/runs", get(runs::show))
         .route("/ui/run", get(run::show))
@@ -59,6 +65,11 @@ pub fn router() -> Router<AppState> {
         .route("/ui/dead-letters/{id}/replay", post(deadletter::replay))
         .route("/ui/dead-letters/{id}/release", post(deadletter::release))
         .route("/ui/dead-letters/{id}/resolve", post(deadletter::resolve))
+        .route("/ui/deliveries", get(deliveries::show))
+        .route("/ui/deliveries/{id}/forward", post(deliveries::forward))
+        .route("/ui/deliveries/{id}/redeliver", post(deliveries::redeliver))
+        .route("/ui/dead-letters/{id}/fix", get(fix::show))
+        .route("/ui/dead-letters/{id}/replay-fixed", post(fix::replay))
         .route("/ui/replay", get(replay::dry_run))
         .route("/ui/replay-jobs", get(jobs::list).post(replay::create))
         .route("/ui/replay-jobs/{id}", get(jobs::show))

@@ -407,6 +407,59 @@ async fn bad_input_is_refused_and_writes_nothing(backend: Backend) {
     app.stop().await;
 }
 
+/// What a generated client relies on: every `in: path` parameter is in its
+/// path's template, operation ids are unique, an optional field of a
+/// request is not required, and every problem answer is problem+json. The
+/// full validation (openapi-spec-validator) and the fuzzer run in
+/// `scripts/check-api`.
+#[test]
+fn the_openapi_document_places_parameters_and_required_fields_right() {
+    use utoipa::OpenApi;
+    let doc = serde_json::to_value(oncegate::api::openapi::ApiDoc::openapi()).unwrap();
+    let mut ids = std::collections::HashSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let id = op["operationId"].as_str().unwrap();
+            assert!(ids.insert(id.to_owned()), "operationId {id} twice");
+            for p in op["parameters"].as_array().into_iter().flatten() {
+                let name = p["name"].as_str().unwrap();
+                if p["in"] == "path" {
+                    assert!(
+                        path.contains(&format!("{{{name}}}")),
+                        "{method} {path}: {name} is in: path but not in the template"
+                    );
+                }
+            }
+            for (status, answer) in op["responses"].as_object().unwrap() {
+                let json = &answer["content"]["application/json"]["schema"]["$ref"];
+                assert!(
+                    !json.as_str().is_some_and(|r| r.ends_with("/Problem")),
+                    "{method} {path} {status}: a problem is application/problem+json"
+                );
+            }
+        }
+    }
+    for (path, params) in [
+        ("/v1/runs", ["namespace", "key"].as_slice()),
+        ("/v1/runs/timeline", &["namespace", "key"]),
+        ("/v1/dead-letters", &["class", "namespace", "limit"]),
+    ] {
+        let listed = doc["paths"][path]["get"]["parameters"].as_array().unwrap();
+        for name in params {
+            let p = listed.iter().find(|p| p["name"] == *name).unwrap();
+            assert_eq!(p["in"], "query", "{path} {name}");
+        }
+    }
+    let effect = &doc["components"]["schemas"]["EffectRequest"];
+    let required: Vec<&str> = effect["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(required, ["operation", "effect_type", "target"], "{effect}");
+}
+
 #[tokio::test]
 async fn openapi_health_and_readiness_are_served() {
     let app = TestApp::spawn(Backend::Sqlite).await;
@@ -431,6 +484,11 @@ async fn openapi_health_and_readiness_are_served() {
         "/readyz",
         "/proxy/{name}/{path}",
         "/v1/proxy/resolve",
+        "/v1/deliveries",
+        "/v1/deliveries/refused",
+        "/v1/deliveries/{id}",
+        "/v1/deliveries/{id}/forward",
+        "/v1/deliveries/{id}/redeliver",
     ] {
         assert!(
             doc["paths"][path].is_object(),

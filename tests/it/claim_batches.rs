@@ -271,6 +271,7 @@ fn delivery(event_id: &str) -> (ClaimRequest, RawEvent, NewEffect) {
         spec: EffectSpec::default(),
         not_before: None,
         role: EffectRole::Act,
+        schema_version: None,
     };
     (req, event, forward)
 }

@@ -1,5 +1,14 @@
 //! The store conformance suite: every test runs against SQLite and
-//! PostgreSQL and expects the same behaviour.
+//! PostgreSQL and expects the same behaviour; the ledger's tests run
+//! against the Redis tier too (a fresh key prefix on the shared Redis per
+//! test, deleted after it).
+//!
+//! Time: the Redis tier compares leases with the time its scripts are
+//! given, the service's clock, so the injected clock drives leases,
+//! renewals and reclaims there exactly as on SQLite. Only the key's TTL
+//! (the dedup window) runs on Redis's own clock: advancing the injected
+//! clock never expires a key, so the tests that need an expired key
+//! expire it with `PEXPIRE` (`redis_tier.rs`).
 
 use std::sync::Arc;
 
@@ -14,6 +23,8 @@ use oncegate::tokens::port::StoredToken;
 use serde_json::json;
 
 use crate::harness::{on_both_backends, Backend, TestDb};
+use crate::redis_support::Prefix;
+use oncegate::ledger::port::LedgerStore;
 
 const START: i64 = 1_800_000_000_000;
 const LEASE: i64 = 30_000;
@@ -30,6 +41,135 @@ async fn fixture(backend: Backend) -> Fixture {
     let clock = Arc::new(ManualClock::new(START));
     let store = db.manual_store(clock.clone()).await;
     Fixture { db, store, clock }
+}
+
+/// Where a ledger test's runs live.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Tier {
+    Sql(Backend),
+    Redis,
+}
+
+/// A ledger under test: the SQL store, or the Redis tier's.
+struct Ledger {
+    ledger: Arc<dyn LedgerStore>,
+    clock: Arc<ManualClock>,
+    sql: Option<Fixture>,
+    redis: Option<(Arc<oncegate::db::redis::RedisLedger>, Prefix)>,
+}
+
+async fn ledger(tier: Tier) -> Ledger {
+    match tier {
+        Tier::Sql(backend) => {
+            let f = fixture(backend).await;
+            Ledger {
+                ledger: f.store.clone(),
+                clock: f.clock.clone(),
+                sql: Some(f),
+                redis: None,
+            }
+        }
+        Tier::Redis => {
+            let clock = Arc::new(ManualClock::new(START));
+            let prefix = Prefix::new(&crate::redis_support::shared_url());
+            let config = oncegate::ledger::RedisConfig {
+                url: Some(prefix.url.clone()),
+                key_prefix: prefix.prefix.clone(),
+                ..Default::default()
+            };
+            let store = Arc::new(
+                oncegate::db::redis::RedisLedger::new(
+                    &config,
+                    clock.clone(),
+                    Arc::new(oncegate::ledger::LedgerConfig::default()),
+                    Arc::new(oncegate::audit::Redactor::default()),
+                )
+                .unwrap(),
+            );
+            Ledger {
+                ledger: store.clone(),
+                clock,
+                sql: None,
+                redis: Some((store, prefix)),
+            }
+        }
+    }
+}
+
+impl Ledger {
+    /// Puts the run of `key` in `state` with a lease that expired long ago
+    /// (no API moves a run into some states on every tier).
+    async fn force_state(&self, key: &str, state: &str) {
+        if let Some(f) = &self.sql {
+            f.db.exec(&format!(
+                "UPDATE runs SET state = '{state}', lease_expires_at = 0 WHERE run_key = '{key}'"
+            ))
+            .await;
+        }
+        if let Some((store, prefix)) = &self.redis {
+            let ns = Namespace::parse("stripe").unwrap();
+            let redis_key = store.run_key(&ns, &IdempotencyKey::parse(key).unwrap());
+            let mut conn = redis::Client::open(prefix.url.as_str())
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            let text: String = redis::cmd("GET")
+                .arg(&redis_key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            let mut value: serde_json::Value = serde_json::from_str(&text).unwrap();
+            value["s"] = json!(state);
+            value["e"] = json!(0);
+            let _: () = redis::cmd("SET")
+                .arg(&redis_key)
+                .arg(value.to_string())
+                .arg("KEEPTTL")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// Expands one async ledger test into a SQLite, a PostgreSQL and a Redis
+/// tier test.
+macro_rules! on_every_tier {
+    ($($name:ident),+ $(,)?) => {
+        mod tiers {
+            mod sqlite {
+                $(
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $name() {
+                        super::super::$name(super::super::Tier::Sql(
+                            $crate::harness::Backend::Sqlite,
+                        ))
+                        .await
+                    }
+                )+
+            }
+            mod postgres {
+                $(
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $name() {
+                        super::super::$name(super::super::Tier::Sql(
+                            $crate::harness::Backend::Postgres,
+                        ))
+                        .await
+                    }
+                )+
+            }
+            mod redis {
+                $(
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $name() {
+                        super::super::$name(super::super::Tier::Redis).await
+                    }
+                )+
+            }
+        }
+    };
 }
 
 fn request(key: &str, payload: &str) -> ClaimRequest {
@@ -70,7 +210,7 @@ fn assert_lost(result: Result<oncegate::ledger::Moved, StoreError>) -> String {
     }
 }
 
-on_both_backends!(
+on_every_tier!(
     claim_complete_then_duplicate_gets_result,
     live_lease_is_in_flight,
     stale_owner_is_refused_after_reclaim,
@@ -79,14 +219,19 @@ on_both_backends!(
     illegal_owner_moves_are_refused,
     renewal_is_capped_by_max_lease_life,
     payload_conflict_changes_nothing,
+);
+
+// The SQL tier only: business keys, the audit chain and tokens live in
+// the database (the Redis tier refuses business keys; docs/redis.md).
+on_both_backends!(
     business_key_clash_answers_duplicate_of,
     audit_chain_covers_every_move,
     tokens_round_trip,
 );
 
-async fn claim_complete_then_duplicate_gets_result(backend: Backend) {
-    let f = fixture(backend).await;
-    let (run, lease) = claimed(f.store.claim(&request("evt_1", "a")).await.unwrap());
+async fn claim_complete_then_duplicate_gets_result(tier: Tier) {
+    let f = ledger(tier).await;
+    let (run, lease) = claimed(f.ledger.claim(&request("evt_1", "a")).await.unwrap());
     assert_eq!(run.state, RunState::Processing);
     assert_eq!(run.version.get(), 1);
     assert_eq!(run.lease_expires_at, Some(START + LEASE));
@@ -94,7 +239,7 @@ async fn claim_complete_then_duplicate_gets_result(backend: Backend) {
     assert!(!run.correlation_id().is_empty());
 
     let moved = f
-        .store
+        .ledger
         .finish(
             &call("evt_1", lease),
             &OwnerMove::Complete {
@@ -107,27 +252,27 @@ async fn claim_complete_then_duplicate_gets_result(backend: Backend) {
     assert_eq!(moved.run.version.get(), 2);
     assert!(moved.lease.is_none());
 
-    match f.store.claim(&request("evt_1", "a")).await.unwrap() {
+    match f.ledger.claim(&request("evt_1", "a")).await.unwrap() {
         ClaimOutcome::Duplicate(run) => assert_eq!(run.result, Some(json!({"sent": 1}))),
         other => panic!("expected duplicate, got {other:?}"),
     }
 }
 
-async fn live_lease_is_in_flight(backend: Backend) {
-    let f = fixture(backend).await;
-    claimed(f.store.claim(&request("evt_1", "a")).await.unwrap());
+async fn live_lease_is_in_flight(tier: Tier) {
+    let f = ledger(tier).await;
+    claimed(f.ledger.claim(&request("evt_1", "a")).await.unwrap());
     f.clock.advance_ms(LEASE - 1);
-    match f.store.claim(&request("evt_1", "a")).await.unwrap() {
+    match f.ledger.claim(&request("evt_1", "a")).await.unwrap() {
         ClaimOutcome::InFlight(run) => assert_eq!(run.version.get(), 1),
         other => panic!("expected in flight, got {other:?}"),
     }
 }
 
-async fn stale_owner_is_refused_after_reclaim(backend: Backend) {
-    let f = fixture(backend).await;
-    let (_, first) = claimed(f.store.claim(&request("evt_1", "a")).await.unwrap());
+async fn stale_owner_is_refused_after_reclaim(tier: Tier) {
+    let f = ledger(tier).await;
+    let (_, first) = claimed(f.ledger.claim(&request("evt_1", "a")).await.unwrap());
     f.clock.advance_ms(LEASE);
-    let outcome = f.store.claim(&request("evt_1", "a")).await.unwrap();
+    let outcome = f.ledger.claim(&request("evt_1", "a")).await.unwrap();
     let ClaimOutcome::Claimed {
         run,
         lease: second,
@@ -142,14 +287,14 @@ async fn stale_owner_is_refused_after_reclaim(backend: Backend) {
     assert_ne!(first.owner, second.owner);
 
     let why = assert_lost(
-        f.store
+        f.ledger
             .finish(&call("evt_1", first), &OwnerMove::Complete { result: None })
             .await,
     );
     assert!(why.contains("another owner"), "{why}");
-    assert_lost(f.store.renew(&call("evt_1", first), LEASE, MAX_LIFE).await);
+    assert_lost(f.ledger.renew(&call("evt_1", first), LEASE, MAX_LIFE).await);
     let run = f
-        .store
+        .ledger
         .get_run(&run.namespace, &run.key)
         .await
         .unwrap()
@@ -157,7 +302,7 @@ async fn stale_owner_is_refused_after_reclaim(backend: Backend) {
     assert_eq!(run.state, RunState::Processing);
     assert_eq!(run.version.get(), 2, "the stale owner changed nothing");
 
-    f.store
+    f.ledger
         .finish(
             &call("evt_1", second),
             &OwnerMove::Complete { result: None },
@@ -166,11 +311,11 @@ async fn stale_owner_is_refused_after_reclaim(backend: Backend) {
         .unwrap();
 }
 
-async fn failed_retryable_reclaim_needs_same_payload(backend: Backend) {
-    let f = fixture(backend).await;
-    let (_, lease) = claimed(f.store.claim(&request("evt_1", "a")).await.unwrap());
+async fn failed_retryable_reclaim_needs_same_payload(tier: Tier) {
+    let f = ledger(tier).await;
+    let (_, lease) = claimed(f.ledger.claim(&request("evt_1", "a")).await.unwrap());
     let moved = f
-        .store
+        .ledger
         .finish(
             &call("evt_1", lease),
             &OwnerMove::FailRetryable {
@@ -182,11 +327,11 @@ async fn failed_retryable_reclaim_needs_same_payload(backend: Backend) {
     assert_eq!(moved.run.state, RunState::FailedRetryable);
     assert_eq!(moved.run.last_error.as_deref(), Some("timeout"));
 
-    match f.store.claim(&request("evt_1", "b")).await.unwrap() {
+    match f.ledger.claim(&request("evt_1", "b")).await.unwrap() {
         ClaimOutcome::Conflict(run) => assert_eq!(run.state, RunState::FailedRetryable),
         other => panic!("a different payload must conflict, got {other:?}"),
     }
-    let outcome = f.store.claim(&request("evt_1", "a")).await.unwrap();
+    let outcome = f.ledger.claim(&request("evt_1", "a")).await.unwrap();
     let ClaimOutcome::Claimed {
         run,
         reclaimed_from,
@@ -199,8 +344,8 @@ async fn failed_retryable_reclaim_needs_same_payload(backend: Backend) {
     assert_eq!(run.version.get(), 3);
 }
 
-async fn terminal_and_waiting_states_are_never_reclaimed(backend: Backend) {
-    let f = fixture(backend).await;
+async fn terminal_and_waiting_states_are_never_reclaimed(tier: Tier) {
+    let f = ledger(tier).await;
     for state in [
         "completed",
         "failed_terminal",
@@ -209,15 +354,12 @@ async fn terminal_and_waiting_states_are_never_reclaimed(backend: Backend) {
         "dead_lettered",
     ] {
         let key = format!("evt_{state}");
-        claimed(f.store.claim(&request(&key, "a")).await.unwrap());
+        claimed(f.ledger.claim(&request(&key, "a")).await.unwrap());
         // No API moves a run into some of these states yet: set them
         // directly, with a lease that has long expired.
-        f.db.exec(&format!(
-            "UPDATE runs SET state = '{state}', lease_expires_at = 0 WHERE run_key = '{key}'"
-        ))
-        .await;
+        f.force_state(&key, state).await;
         f.clock.advance_ms(LEASE * 10);
-        let outcome = f.store.claim(&request(&key, "a")).await.unwrap();
+        let outcome = f.ledger.claim(&request(&key, "a")).await.unwrap();
         assert!(
             !matches!(outcome, ClaimOutcome::Claimed { .. }),
             "{state} must never be reclaimed, got {outcome:?}"
@@ -231,11 +373,11 @@ async fn terminal_and_waiting_states_are_never_reclaimed(backend: Backend) {
     }
 }
 
-async fn illegal_owner_moves_are_refused(backend: Backend) {
-    let f = fixture(backend).await;
-    let (_, lease) = claimed(f.store.claim(&request("evt_1", "a")).await.unwrap());
+async fn illegal_owner_moves_are_refused(tier: Tier) {
+    let f = ledger(tier).await;
+    let (_, lease) = claimed(f.ledger.claim(&request("evt_1", "a")).await.unwrap());
     let done = f
-        .store
+        .ledger
         .finish(
             &call("evt_1", lease),
             &OwnerMove::FailTerminal {
@@ -256,30 +398,30 @@ async fn illegal_owner_moves_are_refused(backend: Backend) {
         OwnerMove::FailTerminal { error: "x".into() },
     ] {
         for l in [lease, next] {
-            let why = assert_lost(f.store.finish(&call("evt_1", l), &mv).await);
+            let why = assert_lost(f.ledger.finish(&call("evt_1", l), &mv).await);
             assert!(why.contains("failed_terminal"), "{why}");
         }
     }
-    assert_lost(f.store.renew(&call("evt_1", next), LEASE, MAX_LIFE).await);
+    assert_lost(f.ledger.renew(&call("evt_1", next), LEASE, MAX_LIFE).await);
     // A lease for a key that does not exist.
     assert_lost(
-        f.store
+        f.ledger
             .renew(&call("evt_none", lease), LEASE, MAX_LIFE)
             .await,
     );
-    match f.store.claim(&request("evt_1", "a")).await.unwrap() {
+    match f.ledger.claim(&request("evt_1", "a")).await.unwrap() {
         ClaimOutcome::Finished(run) => assert_eq!(run.version, done.run.version),
         other => panic!("expected finished, got {other:?}"),
     }
 }
 
-async fn renewal_is_capped_by_max_lease_life(backend: Backend) {
-    let f = fixture(backend).await;
-    let (_, mut lease) = claimed(f.store.claim(&request("evt_1", "a")).await.unwrap());
+async fn renewal_is_capped_by_max_lease_life(tier: Tier) {
+    let f = ledger(tier).await;
+    let (_, mut lease) = claimed(f.ledger.claim(&request("evt_1", "a")).await.unwrap());
     for _ in 0..2 {
         f.clock.advance_ms(LEASE - 1_000);
         let moved = f
-            .store
+            .ledger
             .renew(&call("evt_1", lease), LEASE, MAX_LIFE)
             .await
             .unwrap();
@@ -292,38 +434,41 @@ async fn renewal_is_capped_by_max_lease_life(backend: Backend) {
     // 58 s in; a 30 s renewal is allowed but capped at 90 s of total life.
     f.clock.advance_ms(LEASE - 1_000);
     let moved = f
-        .store
+        .ledger
         .renew(&call("evt_1", lease), LEASE, MAX_LIFE)
         .await
         .unwrap();
     assert_eq!(moved.run.lease_expires_at, Some(START + MAX_LIFE));
     lease = moved.lease.unwrap();
     f.clock.advance_ms(MAX_LIFE - 3 * (LEASE - 1_000));
-    let why = assert_lost(f.store.renew(&call("evt_1", lease), LEASE, MAX_LIFE).await);
+    let why = assert_lost(f.ledger.renew(&call("evt_1", lease), LEASE, MAX_LIFE).await);
     assert!(why.contains("expired"), "{why}");
 }
 
-async fn payload_conflict_changes_nothing(backend: Backend) {
-    let f = fixture(backend).await;
-    let (before, _) = claimed(f.store.claim(&request("evt_1", "a")).await.unwrap());
+async fn payload_conflict_changes_nothing(tier: Tier) {
+    let f = ledger(tier).await;
+    let (before, _) = claimed(f.ledger.claim(&request("evt_1", "a")).await.unwrap());
     f.clock.advance_ms(LEASE * 2);
-    match f.store.claim(&request("evt_1", "b")).await.unwrap() {
+    match f.ledger.claim(&request("evt_1", "b")).await.unwrap() {
         ClaimOutcome::Conflict(_) => {}
         other => panic!("expected conflict, got {other:?}"),
     }
     let after = f
-        .store
+        .ledger
         .get_run(&before.namespace, &before.key)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(after, before);
-    let trail = f
-        .store
-        .audit_trail(&before.namespace, &before.key)
-        .await
-        .unwrap();
-    assert_eq!(trail.len(), 1, "a conflict writes nothing");
+    // The Redis tier keeps no audit trail (docs/redis.md).
+    if let Some(sql) = &f.sql {
+        let trail = sql
+            .store
+            .audit_trail(&before.namespace, &before.key)
+            .await
+            .unwrap();
+        assert_eq!(trail.len(), 1, "a conflict writes nothing");
+    }
 }
 
 async fn business_key_clash_answers_duplicate_of(backend: Backend) {

@@ -102,6 +102,7 @@ async fn a_key_cannot_move_a_probe_to_another_host(backend: Backend) {
         },
         not_before: None,
         role: EffectRole::Act,
+        schema_version: None,
     };
     queue_new_effect(&app.store, "p2", new).await;
     let dispatcher = app.dispatcher();

@@ -429,6 +429,19 @@ impl TestApp {
         answer(req).await
     }
 
+    /// POSTs a raw JSON body to `/hooks/{source}` without a signature; the status.
+    pub async fn hook_unsigned(&self, source: &str, body: &str) -> u16 {
+        let response = self
+            .client
+            .post(format!("{}/hooks/{source}", self.base))
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+            .send()
+            .await
+            .unwrap();
+        response.status().as_u16()
+    }
+
     pub async fn claim(&self, body: Value) -> (u16, Value) {
         self.post("/v1/claims", Some(&self.workflow), &body).await
     }
@@ -472,6 +485,7 @@ pub async fn queue_effect(store: &SharedStore, key: &str, target: &str, url: Str
         spec: EffectSpec::default(),
         not_before: None,
         role: oncegate::outbox::EffectRole::Act,
+        schema_version: None,
     };
     queue_new_effect(store, key, effect).await;
 }

@@ -18,9 +18,12 @@ mod claim_batches;
 mod conformance;
 mod deadletter_actions;
 mod deadletter_cli;
+mod deadletter_fix;
+mod deadletter_four_eyes;
 mod deadletter_jobs;
 mod deadletter_rerun;
 mod deadletters;
+mod deliveries;
 mod dispatch;
 mod dispatch_process;
 // What leaves the process (issue 25).
@@ -35,16 +38,24 @@ mod lab;
 // n8n integration (examples/n8n, docs/n8n.md)
 mod n8n;
 mod namespaces;
+mod output_retention;
+// Running on a real host: the CLI over the API, start-up checks (issue 24).
+mod operable;
 mod process;
 // The Idempotency-Key proxy (issue 21).
 mod proxy;
 mod recovery;
 mod redaction;
+// The Redis tier (issue 20): its harness and its must-hold tests.
+mod redis_support;
+mod redis_tier;
 mod retention;
 mod run_scoping;
 // The listener under hostile clients and a broken log sink (issue 25).
 mod serve_limits;
 mod sessions;
+// Outbound signing, checked by the official Standard Webhooks verifier.
+mod signing;
 mod target;
 // The operator console.
 mod browser;

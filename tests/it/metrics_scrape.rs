@@ -158,6 +158,20 @@ async fn every_alerted_and_documented_series_comes_from_the_real_server() {
     let (status, answer) = peer.post("/v1/runs/output", wf, &output).await;
     assert_eq!(status, 422, "{answer}");
     assert_eq!(answer["repairs_left"], 1, "{answer}");
+    // The repair is invalid too: the run fails for good (the alert's series).
+    let (status, answer) = peer.post("/v1/runs/output", wf, &output).await;
+    assert_eq!(
+        (status, answer["repairs_left"].as_i64()),
+        (422, Some(0)),
+        "{answer}"
+    );
+    // A valid output: the failure rate's denominator.
+    let valid = peer.claim(wf, "support", "ticket:3", 3, 60_000).await;
+    let output = json!({ "namespace": "support", "key": "ticket:3", "lease": valid["lease"],
+        "operation": "refund", "output": { "amount": 5 },
+        "model": { "provider_class": "hosted", "model": "drafter", "revision": "r1" } });
+    let (status, answer) = peer.post("/v1/runs/output", wf, &output).await;
+    assert_eq!(status, 200, "{answer}");
     let gated = peer.claim(wf, "support", "ticket:2", 2, 60_000).await;
     let effect = |operation: &str| {
         json!([{ "operation": operation, "effect_type": "reply", "target": "mail",
@@ -192,11 +206,15 @@ async fn every_alerted_and_documented_series_comes_from_the_real_server() {
         ("oncegate_payload_conflicts_total{namespace=\"crm\"}", 1.0),
         ("oncegate_lease_steals_total{namespace=\"crm\"}", 1.0),
         ("oncegate_signature_failures_total{source=\"stripe\"}", 1.0),
+        ("oncegate_deliveries_total{outcome=\"signature_refused\",source=\"stripe\"}", 1.0),
+        ("oncegate_deliveries_total{outcome=\"accepted\",source=\"stripe\"}", 1.0),
         ("oncegate_ingress_events_total{event_type=\"charge.succeeded\",outcome=\"claimed\",source=\"stripe\"}", 1.0),
         ("oncegate_effect_attempts_total{class=\"permanent\",target=\"n8n\"}", 1.0),
         ("oncegate_run_processing_seconds_count{namespace=\"crm\",to=\"completed\"}", 1.0),
         ("oncegate_run_completion_seconds_count{namespace=\"stripe\",state=\"dead_lettered\"}", 1.0),
         ("oncegate_validation_failures_total{operation=\"refund\",outcome=\"invalid\"}", 1.0),
+        ("oncegate_validation_failures_total{operation=\"refund\",outcome=\"repairs_exhausted\"}", 1.0),
+        ("oncegate_valid_outputs_total{operation=\"refund\"}", 1.0),
         ("oncegate_gate_decisions_total{decision=\"expired\",operation=\"send_reply\"}", 1.0),
         ("oncegate_dead_letter_oldest_age_seconds{namespace=\"stripe\"}", 0.0),
         ("oncegate_effects_held{target=\"mail\"}", 1.0),

@@ -96,6 +96,30 @@ impl Server {
         text
     }
 
+    /// The first-start admin token: stdout is a pipe here, so the server
+    /// names the 0600 file beside its database instead of printing it.
+    fn bootstrap_token(&self, dir: &Path) -> String {
+        let path = dir.join("oncegate-admin-token");
+        let stdout = self.stdout_with("oncegate-admin-token");
+        assert!(
+            stdout.contains(&path.display().to_string()),
+            "the path is printed: {stdout}"
+        );
+        assert!(
+            !stdout.contains("og_"),
+            "a pipe never gets the token: {stdout}"
+        );
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "owner only");
+        }
+        let token = std::fs::read_to_string(&path).unwrap().trim().to_owned();
+        assert!(token.starts_with("og_"), "{token}");
+        token
+    }
+
     fn signal(&self, signal: Signal) {
         kill(Pid::from_raw(self.child.id() as i32), signal).unwrap();
     }
@@ -373,12 +397,7 @@ async fn first_start_creates_one_admin_token_and_shows_it_once() {
         dir.path().join("oncegate.db").exists(),
         "SQLite is the default"
     );
-    let token = server
-        .stdout_with("og_")
-        .split_whitespace()
-        .find(|w| w.starts_with("og_"))
-        .unwrap()
-        .to_owned();
+    let token = server.bootstrap_token(dir.path());
     let client = reqwest::Client::new();
     let answer = claim(&client, &server.base, &token, "evt_1").await;
     assert_eq!(answer["claimed"], true);
@@ -399,8 +418,8 @@ async fn first_start_creates_one_admin_token_and_shows_it_once() {
     let (status, stdout) = server.stop_with_stdout();
     assert!(status.success());
     assert!(
-        !stdout.contains("og_"),
-        "the token is shown only once: {stdout}"
+        !stdout.contains("og_") && !stdout.contains("created one admin token"),
+        "the token is made and shown only once: {stdout}"
     );
 
     // Tokens configured: the first-start token is deleted, and emptying
@@ -424,12 +443,7 @@ async fn first_start_creates_one_admin_token_and_shows_it_once() {
     assert_eq!(status_of(server.base.clone(), token.clone()).await, 401);
     assert!(server.stop().success());
     let server = Server::start(&config, dir.path(), &[]);
-    let fresh = server
-        .stdout_with("og_")
-        .split_whitespace()
-        .find(|w| w.starts_with("og_"))
-        .unwrap()
-        .to_owned();
+    let fresh = server.bootstrap_token(dir.path());
     assert_ne!(fresh, token, "a new first-start token");
     assert_eq!(
         status_of(server.base.clone(), token.clone()).await,
@@ -521,6 +535,7 @@ async fn migrate_and_runs_get_work_offline() {
         "get",
         "stripe",
         "a/b?c#d",
+        "--json",
         "--config",
         config.to_str().unwrap(),
     ])

@@ -2,7 +2,9 @@
 //! table (every column of every table is dumped as text and searched, in
 //! plain and hex form), except the verbatim body an effect must forward,
 //! and that one only until the effect is done and the sweeper ran; the
-//! archive files never hold it either.
+//! archive files never hold it either. Model output is redacted before it
+//! is stored: neither its row, nor the approval card built from it, nor
+//! the dead letter's copy of a request hold the value.
 
 use oncegate::clock::{Clock, SystemClock};
 use oncegate::config::Config;
@@ -67,6 +69,9 @@ fn configure(base: String, archive: std::path::PathBuf) -> impl FnOnce(&mut Conf
              [[sources]]\nname = \"stripe\"\nscheme = \"stripe\"\nsecrets = [\"{SECRET}\"]\n\
              target = \"n8n\"\npath = \"/stripe-events\"\n\
              [[operations]]\nname = \"send_email\"\ngate = \"none\"\n\
+             [[operations]]\nname = \"draft_reply\"\ncustomer_visible = true\n\
+             [operations.output]\nmax_repairs = 1\n\
+             [operations.output.schema]\ntype = \"object\"\nrequired = [\"reply\"]\n\
              [[redact]]\nnamespace = \"stripe\"\npointers = [\"/data/object/customer_email\"]\n\
              fields = [\"card_last4\"]\n\
              [[redact]]\nnamespace = \"payments\"\npointers = [\"/data/object/customer_email\"]\n\
@@ -148,6 +153,32 @@ async fn redacted_fields_never_reach_a_table(backend: Backend) {
             .0,
         200
     );
+    // Model output holding both values, validated and shown on a card.
+    let (_, claim) = app
+        .claim(json!({ "namespace": "payments", "key": "biz:3", "payload": {} }))
+        .await;
+    let output = json!({ "namespace": "payments", "key": "biz:3", "lease": claim["lease"],
+        "operation": "draft_reply",
+        "output": { "reply": "Your card is fine", "card_last4": CARD,
+                    "data": { "object": { "customer_email": EMAIL } } },
+        "model": { "provider_class": "hosted", "model": "drafter", "revision": "r1" } });
+    let (status, answer) = app
+        .post("/v1/runs/output", Some(&app.workflow), &output)
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let gate = json!({ "namespace": "payments", "key": "biz:3", "lease": claim["lease"],
+        "summary": "a reply", "effects": [{ "operation": "draft_reply", "effect_type": "reply",
+            "target": "crm_api", "path": "/reply", "body": { "text": "Your card is fine" } }] });
+    let (status, answer) = app.post("/v1/runs/gate", Some(&app.workflow), &gate).await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, inbox) = crate::deadletters::get(&app, "/v1/approvals", &app.approver).await;
+    assert_eq!(status, 200, "{inbox}");
+    let card = inbox.to_string();
+    assert!(card.contains("Your card is fine"), "{card}");
+    for needle in [EMAIL, CARD] {
+        assert!(!card.contains(needle), "{needle} on the card: {card}");
+    }
+
     let dispatcher = app.dispatcher();
     for _ in 0..3 {
         dispatcher.dispatch_once().await.unwrap();

@@ -3,6 +3,7 @@
 
 use crate::api::PathId;
 use axum::extract::{Query, State};
+use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -10,7 +11,10 @@ use utoipa::ToSchema;
 use super::super::error::{ApiError, Result};
 use super::super::runs::{optional_text, RunRef, RunView};
 use super::super::{ApiJson, Caller};
+use super::fix::{FixFields, TransformRef};
 use super::{refused, DeadLetterView};
+use crate::deadletter::correct::CorrectionError;
+use crate::deadletter::fix::replay_fixed;
 use crate::deadletter::replay::{replace_one, replay_one, ReplayError};
 use crate::deadletter::{ActionOutcome, ReplayCommand, Resolution, ResolveCommand, RunLink};
 use crate::ledger::IdempotencyKey;
@@ -43,7 +47,35 @@ pub(in crate::api) fn replay_error(err: ReplayError) -> ApiError {
             detail: err.to_string(),
             state: None,
         },
+        ReplayError::Correction(e) => correction_error(e),
+        ReplayError::FourEyes(e) => ApiError::Refusal {
+            status: StatusCode::FORBIDDEN,
+            slug: "four-eyes",
+            detail: e.to_string(),
+            field: None,
+            retry_after: None,
+        },
         ReplayError::Store(e) => e.into(),
+    }
+}
+
+/// A correction that cannot be made: 422 with its own problem type,
+/// naming the request field at fault.
+fn correction_error(e: CorrectionError) -> ApiError {
+    let (slug, field) = match &e {
+        CorrectionError::UnknownTransform { .. } => ("unknown-transform", "transform"),
+        CorrectionError::Mismatch { .. } => ("transform-mismatch", "transform"),
+        CorrectionError::PatchFailed { .. } => ("patch-failed", "transform"),
+        CorrectionError::BodyNotJson(_) => ("body-not-json", "transform"),
+        CorrectionError::NoEffect(_) => ("no-effect-to-correct", "effect_id"),
+        CorrectionError::Unchanged => ("correction-unchanged", "body"),
+    };
+    ApiError::Refusal {
+        status: StatusCode::UNPROCESSABLE_ENTITY,
+        slug,
+        detail: e.to_string(),
+        field: Some(field),
+        retry_after: None,
     }
 }
 
@@ -68,6 +100,7 @@ fn done(app: &AppState, outcome: ActionOutcome) -> Result<Json<ActionResponse>> 
             dead_letter: DeadLetterView::full(
                 *dead_letter,
                 &app.config.dead_letters,
+                &app.config.targets,
                 app.clock.now_ms(),
             ),
             run: run.map(|r| RunView::from(*r)),
@@ -88,7 +121,7 @@ pub struct ResolveBody {
 }
 
 /// Resolves a dead letter: the run `dead_lettered → failed_terminal`, with the note.
-#[utoipa::path(post, path = "/v1/dead-letters/{id}/resolve", tag = "dead letters",
+#[utoipa::path(post, path = "/v1/dead-letters/{id}/resolve", tag = "dead letters", operation_id = "resolve_dead_letter",
     params(("id" = String, Path, description = "Dead letter id")), request_body = ResolveBody,
     security(("bearer" = [])),
     responses(
@@ -130,18 +163,42 @@ pub(in crate::api) async fn resolve(
 pub struct ReplayBody {
     /// Why, for the audit log (required).
     pub reason: String,
+    /// Replay after a fix: the failed effect's whole corrected JSON body.
+    #[schema(value_type = Option<Object>)]
+    pub body: Option<serde_json::Value>,
+    /// Replay after a fix: a declared transform applied to the body that
+    /// was sent (see the dry run).
+    pub transform: Option<TransformRef>,
+    /// The effect a body or transform corrects; by default the one whose
+    /// request failed.
+    pub effect_id: Option<String>,
+}
+
+/// `POST /v1/dead-letters/{id}/release`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseBody {
+    /// Why, for the audit log (required).
+    pub reason: String,
 }
 
 /// Replays a dead letter: the same effects under the same idempotency keys
-/// (`dead_lettered → approved`), or for a run that never queued an effect,
-/// back to the workflow's re-run (`→ failed_retryable`).
+/// (`dead_lettered → approved`, or `→ awaiting_human` through the gate
+/// again), or for a run that never queued an effect, back to the
+/// workflow's re-run (`→ failed_retryable`). With a `body` or a
+/// `transform`, the failed effect goes out corrected: under its own key
+/// when the target refused every request under it with a 4xx, otherwise
+/// under a new key linked to the old one in the audit log.
 #[utoipa::path(post, path = "/v1/dead-letters/{id}/replay", tag = "dead letters",
     params(("id" = String, Path, description = "Dead letter id")), request_body = ReplayBody,
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Replayed", body = ActionResponse),
+        (status = 400, description = "Missing reason, or both a body and a transform", body = super::super::Problem),
+        (status = 403, description = "The operation needs two operators: replay it through a job another operator starts (four-eyes)", body = super::super::Problem),
         (status = 404, description = "No such dead letter", body = super::super::Problem),
-        (status = 409, description = "Already resolved, run not dead-lettered, or a gated operation (replay-requires-approval)", body = super::super::Problem),
+        (status = 409, description = "Already resolved, or run not dead-lettered", body = super::super::Problem),
+        (status = 422, description = "The correction cannot be made (unknown-transform, transform-mismatch, patch-failed, body-not-json, no-effect-to-correct, correction-unchanged); nothing was changed", body = super::super::Problem),
     ))]
 pub(in crate::api) async fn replay(
     State(app): State<AppState>,
@@ -149,7 +206,21 @@ pub(in crate::api) async fn replay(
     PathId(id): PathId,
     ApiJson(body): ApiJson<ReplayBody>,
 ) -> Result<Json<ActionResponse>> {
-    replay_by(&app, &caller, id, body.reason, false).await
+    let fields = FixFields {
+        body: body.body,
+        transform: body.transform,
+        effect_id: body.effect_id,
+    };
+    let Some(fix) = fields.parse()? else {
+        return replay_by(&app, &caller, id, body.reason, false).await;
+    };
+    let reason = required_text("reason", body.reason, 2_000)?;
+    let retain_ms = app.config.dead_letters.retain_ms();
+    let cmd = ReplayCommand::by_operator(id, caller.subject.clone(), reason, retain_ms, false);
+    let outcome = replay_fixed(&app.replay, cmd, &fix)
+        .await
+        .map_err(replay_error)?;
+    done(&app, outcome)
 }
 
 /// Releases a dead-lettered run that queued no effect (a stranded run, a
@@ -158,7 +229,7 @@ pub(in crate::api) async fn replay(
 /// so the next claim of the key reclaims it. A run with effects is
 /// refused (409 `run-has-effects`) and nothing changes.
 #[utoipa::path(post, path = "/v1/dead-letters/{id}/release", tag = "dead letters",
-    params(("id" = String, Path, description = "Dead letter id")), request_body = ReplayBody,
+    params(("id" = String, Path, description = "Dead letter id")), request_body = ReleaseBody,
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Released; the run is failed_retryable", body = ActionResponse),
@@ -170,7 +241,7 @@ pub(in crate::api) async fn release(
     State(app): State<AppState>,
     caller: Caller,
     PathId(id): PathId,
-    ApiJson(body): ApiJson<ReplayBody>,
+    ApiJson(body): ApiJson<ReleaseBody>,
 ) -> Result<Json<ActionResponse>> {
     replay_by(&app, &caller, id, body.reason, true).await
 }
@@ -257,6 +328,7 @@ pub(in crate::api) async fn assign(
     Ok(Json(DeadLetterView::full(
         dl,
         &app.config.dead_letters,
+        &app.config.targets,
         app.clock.now_ms(),
     )))
 }
@@ -271,5 +343,6 @@ pub(in crate::api) async fn links(
     query: std::result::Result<Query<RunRef>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<RunLink>>> {
     let (ns, key) = RunRef::parse(query, &app, &caller)?;
+    crate::api::access::sql_tier(&app, &ns, "dead letters and their links")?;
     Ok(Json(app.store.run_links(ns.as_str(), key.as_str()).await?))
 }

@@ -3,7 +3,7 @@
 //! tracked job the runner works under a rate limit, with stop and resume.
 
 use crate::api::PathId;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -12,10 +12,11 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use super::super::error::{ApiError, Result};
-use super::super::{ApiJson, Caller};
-use super::actions::required_text;
+use super::super::{ApiJson, ApiQuery, Caller};
+use super::actions::{replay_error, required_text};
 use crate::clock::to_datetime;
 use crate::deadletter::bulk::{Rate, StartJob};
+use crate::deadletter::four_eyes::check_start;
 use crate::deadletter::jobs::Progress;
 use crate::deadletter::plan::{Selection, Summary};
 use crate::deadletter::{JobItem, JobState, ReplayJob};
@@ -90,6 +91,11 @@ pub struct JobView {
     pub updated_at: String,
     /// Last item worked (RFC 3339).
     pub finished_at: Option<String>,
+    /// It replays an operation of `dead_letters.four_eyes`: created
+    /// stopped, started only by an operator other than its creator.
+    pub four_eyes: bool,
+    /// The second operator who started it.
+    pub started_by: Option<String>,
 }
 
 impl From<ReplayJob> for JobView {
@@ -97,6 +103,8 @@ impl From<ReplayJob> for JobView {
         let ts = |ms: i64| to_datetime(ms).to_rfc3339();
         Self {
             runner: j.lease_owner,
+            four_eyes: j.four_eyes,
+            started_by: j.started_by,
             created_at: ts(j.created_at),
             updated_at: ts(j.updated_at),
             finished_at: j.finished_at.map(ts),
@@ -114,7 +122,7 @@ impl From<ReplayJob> for JobView {
 }
 
 /// Shows what a bulk replay would do. Writes nothing, sends nothing.
-#[utoipa::path(post, path = "/v1/replay-jobs/dry-run", tag = "dead letters", request_body = DryRunBody,
+#[utoipa::path(post, path = "/v1/replay-jobs/dry-run", tag = "dead letters", operation_id = "replay_job_dry_run", request_body = DryRunBody,
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The summary and the frozen selection", body = DryRunResponse),
@@ -131,11 +139,13 @@ pub(in crate::api) async fn dry_run(
     }))
 }
 
-/// Creates and starts a bulk replay job over a frozen selection.
+/// Creates and starts a bulk replay job over a frozen selection; a job
+/// holding an operation of `dead_letters.four_eyes` is created stopped
+/// (`four_eyes: true`) until another operator resumes it.
 #[utoipa::path(post, path = "/v1/replay-jobs", tag = "dead letters", request_body = CreateJobBody,
     security(("bearer" = [])),
     responses(
-        (status = 201, description = "Created and running", body = JobView),
+        (status = 201, description = "Created and running (stopped until a second operator starts it, for four-eyes operations)", body = JobView),
         (status = 400, description = "No selection, missing reason, or a rate outside the limits", body = super::super::Problem),
     ))]
 pub(in crate::api) async fn create(
@@ -159,18 +169,19 @@ pub(in crate::api) async fn create(
 
 /// `GET /v1/replay-jobs` query.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct JobsQuery {
     /// At most this many, newest first (default 20, at most 200).
     pub limit: Option<i64>,
 }
 
 /// Lists bulk replay jobs, newest first.
-#[utoipa::path(get, path = "/v1/replay-jobs", tag = "dead letters", params(JobsQuery),
+#[utoipa::path(get, path = "/v1/replay-jobs", tag = "dead letters", operation_id = "list_replay_jobs", params(JobsQuery),
     security(("bearer" = [])),
     responses((status = 200, description = "Jobs", body = [JobView])))]
 pub(in crate::api) async fn list(
     State(app): State<AppState>,
-    Query(q): Query<JobsQuery>,
+    ApiQuery(q): ApiQuery<JobsQuery>,
 ) -> Result<Json<Vec<JobView>>> {
     let limit = q.limit.unwrap_or(20);
     if !(1..=200).contains(&limit) {
@@ -188,6 +199,7 @@ pub(in crate::api) async fn list(
 
 /// `GET /v1/replay-jobs/{id}` query.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ItemsQuery {
     /// Items after this position (default 0).
     pub items_after: Option<i64>,
@@ -212,7 +224,7 @@ async fn job_or_404(app: &AppState, id: &str) -> Result<ReplayJob> {
 }
 
 /// Shows a job's progress and its items' outcomes.
-#[utoipa::path(get, path = "/v1/replay-jobs/{id}", tag = "dead letters",
+#[utoipa::path(get, path = "/v1/replay-jobs/{id}", tag = "dead letters", operation_id = "show_replay_job",
     params(("id" = String, Path, description = "Job id"), ItemsQuery),
     security(("bearer" = [])),
     responses(
@@ -222,7 +234,7 @@ async fn job_or_404(app: &AppState, id: &str) -> Result<ReplayJob> {
 pub(in crate::api) async fn show(
     State(app): State<AppState>,
     PathId(id): PathId,
-    Query(q): Query<ItemsQuery>,
+    ApiQuery(q): ApiQuery<ItemsQuery>,
 ) -> Result<Json<JobDetail>> {
     let limit = q.items_limit.unwrap_or(100);
     if !(0..=1000).contains(&limit) {
@@ -246,7 +258,10 @@ pub(in crate::api) async fn show(
 }
 
 async fn set_state(app: &AppState, id: &str, stop: bool, actor: &str) -> Result<Json<JobView>> {
-    job_or_404(app, id).await?;
+    let before = job_or_404(app, id).await?;
+    if !stop {
+        check_start(&before, actor).map_err(|e| replay_error(e.into()))?;
+    }
     let job = app
         .store
         .set_replay_job_state(id, stop, actor)
@@ -284,11 +299,14 @@ pub(in crate::api) async fn stop(
     set_state(&app, &id, true, &caller.subject).await
 }
 
-/// Resumes a stopped job: its pending items are worked, none twice.
+/// Resumes a stopped job: its pending items are worked, none twice. A
+/// four-eyes job (created stopped) is started this way by an operator
+/// other than its creator.
 #[utoipa::path(post, path = "/v1/replay-jobs/{id}/resume", tag = "dead letters",
     params(("id" = String, Path, description = "Job id")), security(("bearer" = [])),
     responses(
         (status = 200, description = "Running again", body = JobView),
+        (status = 403, description = "A four-eyes job's creator tried to start it (four-eyes); nothing changed", body = super::super::Problem),
         (status = 404, description = "No such job", body = super::super::Problem),
         (status = 409, description = "The job is completed", body = super::super::Problem),
     ))]

@@ -22,6 +22,7 @@ use crate::state::AppState;
 
 pub(super) mod actions;
 pub(super) mod fail;
+pub(super) mod fix;
 pub(super) mod jobs;
 mod view;
 
@@ -33,6 +34,7 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
         .route("/v1/dead-letters/{id}", get(show))
         .route("/v1/dead-letters/{id}/resolve", post(actions::resolve))
         .route("/v1/dead-letters/{id}/replay", post(actions::replay))
+        .route("/v1/dead-letters/{id}/replay/dry-run", post(fix::dry_run))
         .route("/v1/dead-letters/{id}/release", post(actions::release))
         .route("/v1/dead-letters/{id}/replace", post(actions::replace))
         .route("/v1/dead-letters/{id}/assign", post(actions::assign))
@@ -61,6 +63,7 @@ pub(super) fn refused(refusal: Refusal) -> ApiError {
         Refusal::KeyTaken(state) => ("key-taken", Some(state.to_string())),
         Refusal::JobNotRunning | Refusal::ItemDone => ("job-not-running", None),
         Refusal::RunHasEffects(_) => ("run-has-effects", None),
+        Refusal::EffectNotReplayable(_) => ("effect-not-replayable", None),
     };
     ApiError::Refused {
         slug,
@@ -79,7 +82,7 @@ pub struct DeadLetterPage {
 }
 
 /// Lists dead letters, oldest first (open ones unless `resolved` says otherwise).
-#[utoipa::path(get, path = "/v1/dead-letters", tag = "dead letters", params(Criteria),
+#[utoipa::path(get, path = "/v1/dead-letters", tag = "dead letters", operation_id = "list_dead_letters", params(Criteria),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "A page of dead letters", body = DeadLetterPage),
@@ -155,7 +158,7 @@ pub struct DeadLetterDetail {
 }
 
 /// Shows one dead letter with its evidence, attempts and the run's timeline.
-#[utoipa::path(get, path = "/v1/dead-letters/{id}", tag = "dead letters",
+#[utoipa::path(get, path = "/v1/dead-letters/{id}", tag = "dead letters", operation_id = "show_dead_letter",
     params(("id" = String, Path, description = "Dead letter id")),
     security(("bearer" = [])),
     responses(
@@ -201,6 +204,11 @@ pub(super) async fn show(
         run: run.map(RunView::from),
         effects,
         raw_event,
-        dead_letter: DeadLetterView::full(dl, &app.config.dead_letters, app.clock.now_ms()),
+        dead_letter: DeadLetterView::full(
+            dl,
+            &app.config.dead_letters,
+            &app.config.targets,
+            app.clock.now_ms(),
+        ),
     }))
 }

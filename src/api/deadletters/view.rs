@@ -7,8 +7,10 @@ use utoipa::ToSchema;
 
 use super::super::runs::RunRef;
 use crate::clock::{to_datetime, Millis};
+use crate::deadletter::request::as_sent;
 use crate::deadletter::{DeadLetter, DeadLetterClass, DeadLetterConfig};
 use crate::ledger::RunState;
+use crate::outbox::TargetConfig;
 
 /// A dead letter as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -83,6 +85,12 @@ pub struct DeadLetterView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub last_evidence: Option<Value>,
+    /// The request the failed effect sent: method, URL, headers (the
+    /// target's credential headers named, never valued), idempotency key
+    /// and body, redacted (show only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub last_request: Option<Value>,
 }
 
 impl DeadLetterView {
@@ -126,20 +134,32 @@ impl DeadLetterView {
             detail: None,
             attempts: None,
             last_evidence: None,
+            last_request: None,
         }
     }
 
-    /// The full form, with the recorded evidence.
-    pub fn full(dl: DeadLetter, config: &DeadLetterConfig, now: Millis) -> Self {
+    /// The full form, with the recorded evidence and the request as sent
+    /// to its target (one of `targets`).
+    pub fn full(
+        dl: DeadLetter,
+        config: &DeadLetterConfig,
+        targets: &[TargetConfig],
+        now: Millis,
+    ) -> Self {
         let (detail, attempts, evidence) = (
             dl.detail.clone(),
             dl.attempts.clone(),
             dl.last_evidence.clone(),
         );
+        let request = dl
+            .last_request
+            .as_ref()
+            .map(|r| as_sent(r, &dl.namespace, &dl.key, targets));
         Self {
             detail: Some(detail),
             attempts: Some(attempts),
             last_evidence: evidence,
+            last_request: request,
             ..Self::summary(dl, config, now)
         }
     }

@@ -79,6 +79,7 @@ impl Gate<'_> {
             .record_output(call, &new, contract.max_repairs)
             .await?;
         if violations.is_empty() {
+            self.metrics.output_valid(&new.operation);
             return Ok(OutputAccepted {
                 attempt: recorded.attempt,
                 lease: recorded.moved.lease,

@@ -48,6 +48,7 @@ pub(crate) struct DeadLetterRow {
     resolution_note: Option<String>,
     replaced_by_namespace: Option<String>,
     replaced_by_key: Option<String>,
+    last_request: Option<String>,
     current_state: Option<String>,
 }
 
@@ -58,6 +59,7 @@ impl DeadLetterRow {
             detail: serde_json::from_str(&self.detail).map_err(corrupt)?,
             attempts: json_or_null(self.attempts.as_deref())?.unwrap_or(Value::Array(Vec::new())),
             last_evidence: json_or_null(self.last_evidence.as_deref())?,
+            last_request: json_or_null(self.last_request.as_deref())?,
             current_state: self
                 .current_state
                 .as_deref()
@@ -145,6 +147,8 @@ pub(crate) struct JobRow {
     finished_at: Option<i64>,
     replayed: i64,
     refused: i64,
+    four_eyes: i64,
+    started_by: Option<String>,
 }
 
 impl JobRow {
@@ -169,6 +173,8 @@ impl JobRow {
             created_at: self.created_at,
             updated_at: self.updated_at,
             finished_at: self.finished_at,
+            four_eyes: self.four_eyes != 0,
+            started_by: self.started_by,
         })
     }
 }
@@ -217,6 +223,7 @@ impl RawEventRow {
         let status = match self.status.as_str() {
             "accepted" => RawStatus::Accepted,
             "quarantined" => RawStatus::Quarantined,
+            "duplicate_of" => RawStatus::DuplicateOf,
             other => return Err(corrupt(format!("unknown raw event status {other:?}"))),
         };
         Ok(RawEvent {
@@ -267,6 +274,7 @@ impl FromRow for DeadLetterRow {
             resolution_note: row.get("resolution_note")?,
             replaced_by_namespace: row.get("replaced_by_namespace")?,
             replaced_by_key: row.get("replaced_by_key")?,
+            last_request: row.get("last_request")?,
             current_state: row.get("current_state")?,
         })
     }
@@ -306,6 +314,8 @@ impl FromRow for JobRow {
             finished_at: row.get("finished_at")?,
             replayed: row.get("replayed")?,
             refused: row.get("refused")?,
+            four_eyes: row.get("four_eyes")?,
+            started_by: row.get("started_by")?,
         })
     }
 }

@@ -5,12 +5,14 @@
 mod approval;
 mod audit;
 mod deadletter;
+mod deliveries;
 mod outbox;
 mod tokens;
 
 pub(crate) use approval::{ChallengeRow, OutputRow, SessionRow};
 pub(crate) use audit::{AuditScanRow, CheckpointRow, HeadScanRow, StampRow, VerificationRow};
 pub(crate) use deadletter::{DeadLetterRow, ItemRow, JobRow, LinkRow, RawEventRow};
+pub(crate) use deliveries::DeliveryRow;
 pub(crate) use outbox::{AttemptBatchRow, AttemptRow, EffectRow, SwitchRow, VerdictBatchRow};
 pub(crate) use tokens::TokenRow;
 

@@ -36,6 +36,7 @@ pub(crate) struct EffectRow {
     first_sent_at: Option<i64>,
     created_at: i64,
     role: String,
+    schema_version: Option<String>,
 }
 
 impl EffectRow {
@@ -56,6 +57,7 @@ impl EffectRow {
                 spec: serde_json::from_str(&self.spec).map_err(corrupt)?,
                 not_before: self.not_before,
                 role: self.role.parse::<EffectRole>().map_err(corrupt)?,
+                schema_version: self.schema_version,
             },
             state: self.state.parse::<EffectState>().map_err(corrupt)?,
             attempts: self.attempts,
@@ -229,6 +231,7 @@ impl FromRow for EffectRow {
             first_sent_at: row.get("first_sent_at")?,
             created_at: row.get("created_at")?,
             role: row.get("role")?,
+            schema_version: row.get("schema_version")?,
         })
     }
 }

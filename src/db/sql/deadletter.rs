@@ -13,13 +13,13 @@ const DL_SELECT: &str = "SELECT d.id, d.namespace, d.run_key, d.class, d.compone
      d.correlation_id, d.operation, d.workflow_version, d.schema_version, d.payload_ref, \
      d.payload_hash, d.error, d.attempts, d.last_evidence, d.run_state, d.next_action, \
      d.previous_id, d.owner, d.retain_until, d.replay_count, d.resolved_by, d.resolution_note, \
-     d.replaced_by_namespace, d.replaced_by_key, r.state AS current_state \
+     d.replaced_by_namespace, d.replaced_by_key, d.last_request, r.state AS current_state \
      FROM dead_letters d LEFT JOIN runs r ON r.namespace = d.namespace AND r.run_key = d.run_key";
 
 /// The dead-letter statements, spelled for one backend.
 #[derive(Debug, Clone)]
 pub struct DeadLetterStatements {
-    /// Records a dead letter (22 binds, see `record_dead_letter`).
+    /// Records a dead letter (23 binds, see `record_dead_letter`).
     pub insert: String,
     /// Earlier records of a run that were replayed, newest first. Binds: namespace, key.
     pub replayed_before: String,
@@ -45,9 +45,9 @@ impl DeadLetterStatements {
             insert: "INSERT INTO dead_letters (id, namespace, run_key, class, component, raw_event_id, \
                  detail, created_at, event_id, correlation_id, operation, workflow_version, \
                  schema_version, payload_ref, payload_hash, error, attempts, last_evidence, run_state, \
-                 next_action, previous_id, replay_count) \
+                 next_action, previous_id, replay_count, last_request) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
-                 $18, $19, $20, $21, $22)"
+                 $18, $19, $20, $21, $22, $23)"
                 .into(),
             replayed_before: "SELECT id FROM dead_letters WHERE namespace = $1 AND run_key = $2 \
                  AND resolution = 'replayed' ORDER BY created_at DESC, id DESC"

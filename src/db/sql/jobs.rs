@@ -7,7 +7,7 @@ use crate::deadletter::JobMove;
 
 const JOB_SELECT: &str = "SELECT j.id, j.state, j.created_by, j.reason, j.rate_per_sec, \
      j.selection, j.summary, j.total, j.lease_owner, j.lease_expires_at, j.changed_by, \
-     j.created_at, j.updated_at, j.finished_at, \
+     j.created_at, j.updated_at, j.finished_at, j.four_eyes, j.started_by, \
      (SELECT COUNT(*) FROM replay_job_items i WHERE i.job_id = j.id AND i.state = 'replayed') AS replayed, \
      (SELECT COUNT(*) FROM replay_job_items i WHERE i.job_id = j.id AND i.state = 'refused') AS refused \
      FROM replay_jobs j";
@@ -17,7 +17,9 @@ const ITEM_COLUMNS: &str = "job_id, seq, dead_letter_id, state, outcome, finishe
 /// The bulk replay job statements.
 #[derive(Debug, Clone)]
 pub struct JobStatements {
-    /// Binds: now, id, created_by, reason, rate, selection, summary, total.
+    /// A running job, or a stopped one waiting for its second operator
+    /// (`four_eyes` = 1). Binds: now, id, created_by, reason, rate,
+    /// selection, summary, total, four_eyes.
     pub insert: String,
     /// Binds: job_id, seq, dead_letter_id.
     pub insert_item: String,
@@ -29,7 +31,8 @@ pub struct JobStatements {
     pub items: String,
     /// `running → stopped`, dropping the lease. Binds: now, id, actor.
     pub stop: String,
-    /// `stopped → running`. Binds: now, id, actor.
+    /// `stopped → running`; a four-eyes job's first start only by an
+    /// operator other than its creator, who is recorded. Binds: now, id, actor.
     pub resume: String,
     /// Leases the oldest runnable job that is free, expired or already the
     /// caller's. Binds: now, owner, lease_ms.
@@ -56,8 +59,9 @@ impl JobStatements {
         Self {
             insert: format!(
                 "INSERT INTO replay_jobs (id, state, created_by, reason, rate_per_sec, selection, \
-                     summary, total, changed_by, created_at, updated_at) \
-                 VALUES ($2, 'running', $3, $4, $5, $6, $7, $8, $3, {now}, {now})"
+                     summary, total, changed_by, created_at, updated_at, four_eyes) \
+                 VALUES ($2, CASE WHEN $9 = 1 THEN 'stopped' ELSE 'running' END, $3, $4, $5, $6, \
+                     $7, $8, $3, {now}, {now}, $9)"
             ),
             insert_item: "INSERT INTO replay_job_items (job_id, seq, dead_letter_id, state) \
                  VALUES ($1, $2, $3, 'pending')"
@@ -75,8 +79,11 @@ impl JobStatements {
                 from = JobMove::Stop.rule().sql_guard(),
             ),
             resume: format!(
-                "UPDATE replay_jobs SET state = {to}, changed_by = $3, updated_at = {now} \
-                 WHERE id = $2 AND state IN {from}",
+                "UPDATE replay_jobs SET state = {to}, changed_by = $3, updated_at = {now}, \
+                     started_by = CASE WHEN four_eyes = 1 AND started_by IS NULL THEN $3 \
+                         ELSE started_by END \
+                 WHERE id = $2 AND state IN {from} \
+                   AND (four_eyes = 0 OR started_by IS NOT NULL OR created_by <> $3)",
                 to = JobMove::Resume.rule().sql_target(),
                 from = JobMove::Resume.rule().sql_guard(),
             ),

@@ -13,6 +13,7 @@ pub mod approval;
 pub mod audit;
 pub mod console;
 pub mod deadletter;
+pub mod deliveries;
 pub mod gauges;
 pub mod ingress;
 pub mod jobs;
@@ -129,7 +130,8 @@ pub(crate) const RUN_COLUMNS: &str =
 pub(crate) const EFFECT_COLUMNS: &str =
     "id, namespace, run_key, operation, effect_type, target, method, url, \
     headers, body, idempotency_key, spec, state, not_before, next_attempt_at, attempts, \
-    external_ref, last_status, last_class, last_error, first_sent_at, created_at, role";
+    external_ref, last_status, last_class, last_error, first_sent_at, created_at, role, \
+    schema_version";
 
 /// Every statement, spelled for one backend, with the redaction rules
 /// every write applies before storage (carried here because every write
@@ -146,6 +148,8 @@ pub struct Statements {
     pub outbox: outbox::OutboxStatements,
     /// Raw deliveries.
     pub ingress: ingress::IngressStatements,
+    /// The deliveries log.
+    pub deliveries: deliveries::DeliveryStatements,
     /// Dead letters and replacement links.
     pub deadletter: deadletter::DeadLetterStatements,
     /// Bulk replay jobs.
@@ -174,6 +178,7 @@ impl Statements {
             audit: audit::AuditStatements::new(dialect),
             outbox: outbox::OutboxStatements::new(dialect),
             ingress: ingress::IngressStatements::new(),
+            deliveries: deliveries::DeliveryStatements::new(),
             deadletter: deadletter::DeadLetterStatements::new(dialect),
             jobs: jobs::JobStatements::new(dialect),
             approval: approval::ApprovalStatements::new(dialect),

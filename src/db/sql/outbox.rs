@@ -10,7 +10,8 @@ use crate::outbox::{EffectMove, EffectRole};
 pub struct OutboxStatements {
     /// Inserts an effect unless the same (run, effect_type, target) exists.
     /// Binds: id, namespace, key, operation, effect_type, target, method,
-    /// url, headers, body, idempotency_key, spec, not_before, now, role.
+    /// url, headers, body, idempotency_key, spec, not_before, now, role,
+    /// schema_version.
     pub insert_effect: String,
     /// One run's effects. Binds: namespace, key.
     pub effects_of: String,
@@ -19,6 +20,10 @@ pub struct OutboxStatements {
     /// Puts a replayed run's unfinished effects back to `pending` with a
     /// fresh attempt budget and the same keys. Binds: now, namespace, key.
     pub requeue_effects: String,
+    /// Replay after a fix: an unfinished effect's corrected body and key,
+    /// before its run's effects are re-queued. Binds: now, id, namespace,
+    /// key, body, idempotency_key.
+    pub correct_effect: String,
     /// Leases one target's due effects of approved runs (and notifications,
     /// whatever their run's state) while the target is enabled,
     /// one statement per state so each walks the `(state, target,
@@ -71,9 +76,9 @@ impl OutboxStatements {
         Self {
             insert_effect: "INSERT INTO effects (id, namespace, run_key, operation, effect_type, \
                      target, method, url, headers, body, idempotency_key, spec, state, not_before, \
-                     next_attempt_at, attempts, created_at, updated_at, role) \
+                     next_attempt_at, attempts, created_at, updated_at, role, schema_version) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', $13, \
-                     COALESCE($13, $14), 0, $14, $14, $15) \
+                     COALESCE($13, $14), 0, $14, $14, $15, $16) \
                  ON CONFLICT (namespace, run_key, effect_type, target) DO NOTHING"
                 .into(),
             effects_of: format!(
@@ -89,6 +94,11 @@ impl OutboxStatements {
                      updated_at = {now} \
                  WHERE namespace = $2 AND run_key = $3 AND state IN {from}",
                 to = EffectMove::Requeue.rule().sql_target(),
+                from = EffectMove::Requeue.rule().sql_guard(),
+            ),
+            correct_effect: format!(
+                "UPDATE effects SET body = $5, idempotency_key = $6, updated_at = {now} \
+                 WHERE id = $2 AND namespace = $3 AND run_key = $4 AND state IN {from}",
                 from = EffectMove::Requeue.rule().sql_guard(),
             ),
             lease_plan: dialect.planner_off(&["enable_sort", "enable_bitmapscan"]),

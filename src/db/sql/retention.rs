@@ -40,6 +40,9 @@ pub const RUN_TABLES: &[(&str, &str)] = &[
     ),
 ];
 
+/// What a finished run's raw model output reads after `retention.output_days`.
+pub const EXPIRED_OUTPUT: &str = "\"[expired]\"";
+
 /// The retention statements (the same on both backends).
 #[derive(Debug, Clone)]
 pub struct RetentionStatements {
@@ -51,8 +54,17 @@ pub struct RetentionStatements {
     pub slim_effects: String,
     /// Deletes a slimmed run's archived events. Binds: namespace, key, max seq.
     pub slim_events: String,
-    /// Deletes a slimmed run's resolved dead letters. Binds: namespace, key.
+    /// Deletes a slimmed run's resolved dead letters whose retention
+    /// deadline passed (the rest stay until theirs). Binds: namespace, key, now.
     pub slim_dead_letters: String,
+    /// Resolved dead letters past their retention deadline, oldest first.
+    /// Binds: now, limit.
+    pub expired_dead_letters: String,
+    /// Deletes one resolved dead letter past its deadline. Binds: id, now.
+    pub remove_dead_letter: String,
+    /// Erases finished runs' raw model output recorded before a cutoff.
+    /// Binds: cutoff.
+    pub expire_outputs: String,
     /// Deletes a slimmed run's approval challenges. Binds: namespace, key.
     pub slim_challenges: String,
     /// Deletes a slimmed run's model outputs. Binds: namespace, key.
@@ -84,7 +96,20 @@ impl RetentionStatements {
                  AND seq <= $3"
                 .into(),
             slim_dead_letters: "DELETE FROM dead_letters WHERE namespace = $1 AND run_key = $2 \
-                 AND resolved_at IS NOT NULL"
+                 AND resolved_at IS NOT NULL AND retain_until <= $3"
+                .into(),
+            expired_dead_letters: "SELECT * FROM dead_letters WHERE resolved_at IS NOT NULL \
+                 AND retain_until <= $1 ORDER BY retain_until, id LIMIT $2"
+                .into(),
+            expire_outputs: format!(
+                "UPDATE run_outputs SET output = '{EXPIRED_OUTPUT}' \
+                 WHERE created_at < $1 AND output <> '{EXPIRED_OUTPUT}' \
+                   AND EXISTS (SELECT 1 FROM runs r WHERE r.namespace = run_outputs.namespace \
+                       AND r.run_key = run_outputs.run_key \
+                       AND r.state IN ('completed', 'failed_terminal'))"
+            ),
+            remove_dead_letter: "DELETE FROM dead_letters WHERE id = $1 \
+                 AND resolved_at IS NOT NULL AND retain_until <= $2"
                 .into(),
             slim_raw_event: "DELETE FROM raw_events WHERE id = $1".into(),
             slim_challenges: "DELETE FROM challenges WHERE namespace = $1 AND run_key = $2".into(),

@@ -33,6 +33,7 @@ use crate::outbox::NewEffect;
 pub mod backup;
 pub mod group_commit;
 mod native;
+pub mod serve_lock;
 
 pub use group_commit::{GroupCommit, GroupCommitOptions, WriterSettings};
 

@@ -54,7 +54,8 @@ pub(crate) async fn refuse_item(
     Ok(Finish::Commit(true))
 }
 
-/// Creates a running job with its frozen items.
+/// Creates a job with its frozen items: running, or stopped until a
+/// second operator starts it.
 async fn create(tx: &mut Tx<'_>, job: &NewReplayJob) -> Result<JobRow> {
     let st = tx.st;
     let args = Args::new()
@@ -65,7 +66,8 @@ async fn create(tx: &mut Tx<'_>, job: &NewReplayJob) -> Result<JobRow> {
         .bind(job.rate_per_sec)
         .bind(job.selection.to_string())
         .bind(job.summary.to_string())
-        .bind(job.dead_letter_ids.len() as i64);
+        .bind(job.dead_letter_ids.len() as i64)
+        .bind(i64::from(job.four_eyes));
     tx.execute(&st.jobs.insert, args).await?;
     for (i, id) in job.dead_letter_ids.iter().enumerate() {
         let args = Args::new().bind(&job.id).bind(i as i64 + 1).bind(id);

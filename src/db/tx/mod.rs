@@ -18,6 +18,7 @@ pub(crate) mod approval;
 pub(crate) mod audit;
 pub(crate) mod chain;
 pub(crate) mod deadletter;
+pub(crate) mod deliveries;
 pub(crate) mod gauges;
 pub(crate) mod ingress;
 pub(crate) mod jobs;

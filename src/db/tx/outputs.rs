@@ -1,6 +1,6 @@
-//! Recorded model output: each posted output the run's next attempt, and
-//! the run failed for good in the same transaction when the repairs ran
-//! out; and the [`OutputStore`] port.
+//! Recorded model output: each posted output the run's next attempt
+//! (redacted before storage), and the run failed for good in the same
+//! transaction when the repairs ran out; and the [`OutputStore`] port.
 
 use async_trait::async_trait;
 use serde_json::json;
@@ -30,12 +30,17 @@ async fn record_output(
     };
     let valid = out.violations.is_empty();
     let now = row.to_run()?.updated_at;
+    // Model output is personal data more often than not: the redaction
+    // rules apply before it is stored, so the gate's card (built from the
+    // stored copy) never shows a redacted value either.
+    let mut output = out.output.clone();
+    st.redactor.value(call.namespace.as_str(), &mut output);
     let args = Args::new()
         .bind(call.namespace.as_str())
         .bind(call.key.as_str())
         .bind(&out.operation)
         .bind(i64::from(valid))
-        .bind(out.output.to_string())
+        .bind(output.to_string())
         .bind(to_json(&out.violations)?)
         .bind(&out.provider_class)
         .bind(&out.model)

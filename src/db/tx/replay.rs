@@ -80,6 +80,18 @@ async fn replay_in(tx: &mut Tx<'_>, cmd: &ReplayCommand) -> Result<Finish<Action
         (None, 0) => Move::ReplayRelease,
         (None, _) => Move::ReplayUngated,
     };
+    if let Some(c) = &cmd.correction {
+        let args = Args::new()
+            .bind(tx.now)
+            .bind(&c.effect_id)
+            .bind(&dl.namespace)
+            .bind(&dl.key)
+            .bind(Some(c.body.as_slice()))
+            .bind(&c.idempotency_key);
+        if tx.execute(&st.outbox.correct_effect, args).await? != 1 {
+            return refused(Refusal::EffectNotReplayable(c.effect_id.clone()));
+        }
+    }
     // A gated replay re-queues nothing now: the approval does.
     let requeued = if cmd.challenge.is_some() {
         0
@@ -90,7 +102,8 @@ async fn replay_in(tx: &mut Tx<'_>, cmd: &ReplayCommand) -> Result<Finish<Action
     let job_id = cmd.job_item.as_ref().map(|i| i.job_id.as_str());
     let detail = json!({ "dead_letter_id": dl.id, "class": dl.class.as_str(),
         "reason": cmd.reason, "requeued": requeued, "job_id": job_id,
-        "replay_count": dl.replay_count + 1, "release": cmd.release });
+        "replay_count": dl.replay_count + 1, "release": cmd.release,
+        "correction": cmd.correction.as_ref().map(|c| &c.audit) });
     let Some(mut run) = operator_move(tx, &dl, mv, None, &cmd.actor, detail).await? else {
         let run = run_in(tx, &dl.namespace, &dl.key).await?;
         return refused(Refusal::RunNotDeadLettered(run.map(|r| r.state)));

@@ -30,10 +30,11 @@ async fn slim(tx: &mut Tx<'_>, runs: &[RunMaterial], file: &str, now: Millis) ->
             continue;
         }
         slimmed += 1;
+        tx.execute(&r.slim_dead_letters, key.clone().bind(now))
+            .await?;
         for sql in [
             &r.slim_attempts,
             &r.slim_effects,
-            &r.slim_dead_letters,
             &r.slim_challenges,
             &r.slim_outputs,
             &r.slim_proxy_answer,
@@ -103,6 +104,60 @@ impl<B: Backend> RetentionStore for Db<B> {
             .await
     }
 
+    async fn expired_dead_letters(&self, now: i64, limit: i64) -> Result<Vec<serde_json::Value>> {
+        let rd = self.reader();
+        let args = Args::new().bind(now).bind(limit);
+        let rows: Vec<JsonRow> = rd.all(&rd.st.retention.expired_dead_letters, args).await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| serde_json::Value::Object(r.0))
+            .collect())
+    }
+
+    async fn remove_dead_letters(
+        &self,
+        ids: &[String],
+        archive_file: &str,
+        now: i64,
+    ) -> Result<u64> {
+        let (ids, file) = (ids.to_vec(), archive_file.to_owned());
+        self.commit(move |tx| {
+            Box::pin(async move {
+                let st = tx.st;
+                let mut removed = 0;
+                for id in &ids {
+                    let args = Args::new().bind(id).bind(now);
+                    removed += tx.execute(&st.retention.remove_dead_letter, args).await?;
+                }
+                if removed > 0 {
+                    let detail = json!({ "file": file, "dead_letters": removed });
+                    append_system_event(
+                        tx,
+                        "retention",
+                        "dead_letters_expired",
+                        RETENTION_ACTOR,
+                        detail,
+                        now,
+                    )
+                    .await?;
+                }
+                Ok(removed)
+            })
+        })
+        .await
+    }
+
+    async fn expire_outputs(&self, cutoff: i64) -> Result<u64> {
+        self.commit(move |tx| {
+            Box::pin(async move {
+                let st = tx.st;
+                tx.execute(&st.retention.expire_outputs, Args::new().bind(cutoff))
+                    .await
+            })
+        })
+        .await
+    }
+
     async fn forget_ingress_bodies(&self, now: i64) -> Result<u64> {
         self.commit(move |tx| {
             Box::pin(async move {
@@ -110,6 +165,13 @@ impl<B: Backend> RetentionStore for Db<B> {
                 tx.execute(&st.ingress.forget_bodies, Args::new().bind(now))
                     .await
             })
+        })
+        .await
+    }
+
+    async fn forget_deliveries(&self, before: i64, limit: i64) -> Result<(u64, u64)> {
+        self.commit(move |tx| {
+            Box::pin(async move { super::deliveries::forget(tx, before, limit).await })
         })
         .await
     }

@@ -6,6 +6,7 @@ use crate::db::rows::{AttemptRow, EffectRow};
 use crate::deadletter::DeadLetterInput;
 use crate::ledger::storage::Result;
 use crate::ledger::Run;
+use crate::outbox::Effect;
 use serde_json::{json, Value};
 
 /// Records a dead letter for `run` inside the caller's transaction (the
@@ -41,14 +42,30 @@ pub(crate) async fn record_dead_letter(
         .as_ref()
         .map(|id| format!("raw_event:{id}"))
         .or_else(|| run.metadata.source_url.clone());
-    let (mut attempts, last) = history(tx, run).await?;
+    let History {
+        mut attempts,
+        last,
+        last_effect,
+    } = history(tx, run).await?;
     let mut evidence = input.evidence.clone().or(last);
+    let schema_version = last_effect
+        .as_ref()
+        .and_then(|e| e.new.schema_version.clone());
+    let mut request = last_effect.as_ref().map(request_sent);
     // Redaction: every payload-derived copy, before storage.
     let mut detail = input.detail.clone();
     st.redactor.value(ns, &mut detail);
     st.redactor.value(ns, &mut attempts);
     if let Some(e) = evidence.as_mut() {
         st.redactor.value(ns, e);
+    }
+    if let (Some(r), Some(effect)) = (request.as_mut(), &last_effect) {
+        // The body is a document of its own: the rules' pointers start at its root.
+        if let Some(body) = r.get_mut("body") {
+            st.redactor.value(ns, body);
+        }
+        let secrets = st.redactor.secrets_in(ns, effect.new.body.as_deref());
+        st.redactor.evidence(ns, r, &secrets);
     }
     let earlier: Vec<(String,)> = tx
         .all(
@@ -70,7 +87,7 @@ pub(crate) async fn record_dead_letter(
         .bind(run.correlation_id())
         .bind(&run.metadata.operation)
         .bind(&run.metadata.workflow_version)
-        .bind(None::<String>)
+        .bind(schema_version)
         .bind(payload_ref)
         .bind(payload_hash)
         .bind(&input.error)
@@ -79,14 +96,48 @@ pub(crate) async fn record_dead_letter(
         .bind(run.state.as_str())
         .bind(input.class.next_action_for(evidence.as_ref()))
         .bind(earlier.first().map(|(id,)| id.as_str()))
-        .bind(earlier.len() as i64);
+        .bind(earlier.len() as i64)
+        .bind(request.as_ref().map(ToString::to_string));
     tx.execute(&st.deadletter.insert, args).await?;
     Ok(id)
 }
 
-/// Each effect of the run with its attempts, and the evidence of the
-/// latest attempt.
-pub(super) async fn history(tx: &mut Tx<'_>, run: &Run) -> Result<(Value, Option<Value>)> {
+/// The request an effect sends, as a dead letter shows it: what oncegate
+/// stores of it. The target's credentials are added at send time from its
+/// configuration and are never part of it; a JSON body is kept as JSON so
+/// the redaction rules reach its fields.
+pub(crate) fn request_sent(effect: &Effect) -> Value {
+    let body = effect.new.body.as_deref().map(|b| {
+        serde_json::from_slice::<Value>(b)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(b).into_owned()))
+    });
+    json!({
+        "effect_id": effect.id,
+        "operation": effect.new.operation,
+        "effect_type": effect.new.effect_type,
+        "target": effect.new.target,
+        "method": effect.new.method,
+        "url": effect.new.url,
+        "headers": effect.new.headers,
+        "idempotency_key": effect.new.idempotency_key,
+        "schema_version": effect.new.schema_version,
+        "body": body,
+    })
+}
+
+/// A run's effects as a dead letter records them.
+pub(super) struct History {
+    /// Each effect with its attempts.
+    attempts: Value,
+    /// The evidence of the latest attempt.
+    last: Option<Value>,
+    /// The effect that made the latest attempt.
+    last_effect: Option<Effect>,
+}
+
+/// Each effect of the run with its attempts, the evidence of the latest
+/// attempt, and the effect that made it.
+pub(super) async fn history(tx: &mut Tx<'_>, run: &Run) -> Result<History> {
     let st = tx.st;
     let args = Args::new()
         .bind(run.namespace.as_str())
@@ -94,6 +145,7 @@ pub(super) async fn history(tx: &mut Tx<'_>, run: &Run) -> Result<(Value, Option
     let effects: Vec<EffectRow> = tx.all(&st.outbox.effects_of, args).await?;
     let mut out = Vec::new();
     let mut last: Option<(i64, Value)> = None;
+    let mut last_effect = None;
     for row in effects {
         let effect = row.into_effect()?;
         let rows: Vec<AttemptRow> = tx
@@ -106,18 +158,26 @@ pub(super) async fn history(tx: &mut Tx<'_>, run: &Run) -> Result<(Value, Option
                 let evidence = json!({ "effect_id": effect.id, "attempt": a.attempt,
                     "class": a.class, "evidence": a.evidence });
                 last = Some((a.finished_at, evidence));
+                last_effect = Some(effect.id.clone());
             }
             attempts.push(
                 json!({ "attempt": a.attempt, "class": a.class, "status": a.status,
                 "error": a.error, "started_at": a.started_at, "finished_at": a.finished_at }),
             );
         }
-        out.push(json!({
+        let summary = json!({
             "effect_id": effect.id, "effect_type": effect.new.effect_type,
             "operation": effect.new.operation, "target": effect.new.target,
             "idempotency_key": effect.new.idempotency_key, "state": effect.state.as_str(),
             "external_ref": effect.external_ref, "attempts": attempts,
-        }));
+        });
+        out.push((summary, effect));
     }
-    Ok((Value::Array(out), last.map(|(_, e)| e)))
+    let last_effect =
+        last_effect.and_then(|id| out.iter().find(|(_, e)| e.id == id).map(|(_, e)| e.clone()));
+    Ok(History {
+        attempts: Value::Array(out.into_iter().map(|(s, _)| s).collect()),
+        last: last.map(|(_, e)| e),
+        last_effect,
+    })
 }

@@ -44,7 +44,8 @@ pub(crate) async fn insert_effect(tx: &mut Tx<'_>, run: &Run, effect: &NewEffect
         .bind(to_json(&effect.spec)?)
         .bind(effect.not_before)
         .bind(run.updated_at)
-        .bind(effect.role.as_str());
+        .bind(effect.role.as_str())
+        .bind(effect.schema_version.as_deref());
     tx.execute(&st.outbox.insert_effect, args).await?;
     Ok(())
 }

@@ -66,6 +66,12 @@ pub struct TargetConfig {
     /// value `env:NAME` is read from the environment at start.
     #[serde(default)]
     pub secret_headers: BTreeMap<String, SecretString>,
+    /// Standard Webhooks signing secrets (`whsec_<base64>`, or `env:NAME`):
+    /// when any is set, every request carries `webhook-id` (the effect's
+    /// idempotency key), `webhook-timestamp` and `webhook-signature` with
+    /// one entry per secret, so a secret can be rotated without a gap.
+    #[serde(default)]
+    pub signing_secrets: Vec<SecretString>,
     /// Connect timeout in milliseconds.
     #[serde(default = "default_connect_timeout")]
     pub connect_timeout_ms: u64,
@@ -149,7 +155,7 @@ impl TargetConfig {
             .ok_or_else(|| format!("{url} is outside target {}", self.name))
     }
 
-    /// Replaces every `env:NAME` secret header value with the value `lookup`
+    /// Replaces every `env:NAME` secret header value and signing secret with the value `lookup`
     /// gives for `NAME` (the process environment, in `serve`), so config
     /// files need not hold credentials.
     ///
@@ -160,17 +166,20 @@ impl TargetConfig {
         at: &str,
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<(), (String, String)> {
-        for (name, value) in self.secret_headers.iter_mut() {
+        let resolve = |value: &mut SecretString, field: String| -> Result<(), (String, String)> {
             let Some(var) = value.expose_secret().strip_prefix("env:") else {
-                continue;
+                return Ok(());
             };
-            let resolved = lookup(var).ok_or_else(|| {
-                (
-                    format!("{at}.secret_headers.{name}"),
-                    format!("environment variable {var} is not set"),
-                )
-            })?;
+            let resolved = lookup(var)
+                .ok_or_else(|| (field, format!("environment variable {var} is not set")))?;
             *value = SecretString::from(resolved);
+            Ok(())
+        };
+        for (name, value) in self.secret_headers.iter_mut() {
+            resolve(value, format!("{at}.secret_headers.{name}"))?;
+        }
+        for (i, value) in self.signing_secrets.iter_mut().enumerate() {
+            resolve(value, format!("{at}.signing_secrets[{i}]"))?;
         }
         Ok(())
     }
@@ -223,6 +232,12 @@ impl TargetConfig {
                     "is not a valid header value (control characters or non-ASCII)".into(),
                 ));
             }
+        }
+        if let Err((i, why)) = super::signing::check(&self.signing_secrets) {
+            return Err((
+                format!("{at}.signing_secrets[{i}]"),
+                format!("is not a whsec_<base64> secret: {why}"),
+            ));
         }
         if self.retry.max_attempts == 0 {
             return Err((field("retry.max_attempts"), "must be at least 1".into()));
@@ -283,117 +298,4 @@ fn normalised_path(path: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn target(base: &str) -> TargetConfig {
-        toml::from_str(&format!("name = \"t\"\nbase_url = \"{base}\"\n")).unwrap()
-    }
-
-    #[test]
-    fn allow_list_compares_origin_and_path_prefix() {
-        let t = target("https://api.example.com/v1");
-        assert!(t.allows("https://api.example.com/v1/messages"));
-        assert!(t.allows("https://api.example.com/v1"));
-        assert!(!t.allows("https://api.example.com/v10/messages"));
-        assert!(!t.allows("https://api.example.com.evil.net/v1/messages"));
-        assert!(!t.allows("http://api.example.com/v1/messages"));
-        assert!(!t.allows("https://api.example.com:8443/v1/messages"));
-        assert!(!t.allows("https://api.example.com@evil.example/v1/messages"));
-        assert!(!t.allows("https://user:pw@api.example.com/v1/messages"));
-        assert_eq!(
-            t.resolve("https://api.example.com/v1/a/../b").unwrap(),
-            "https://api.example.com/v1/b"
-        );
-        assert_eq!(
-            t.join("/messages").unwrap(),
-            "https://api.example.com/v1/messages"
-        );
-        assert!(t.join("/../admin").is_err());
-    }
-
-    #[test]
-    fn encoded_dot_segments_and_slashes_cannot_leave_the_prefix() {
-        let t = target("https://api.example.com/v1");
-        for url in [
-            "https://api.example.com/v1/..%2fadmin",
-            "https://api.example.com/v1/..%2Fadmin",
-            "https://api.example.com/v1/%2e%2e/admin",
-            "https://api.example.com/v1/%2E%2E%2Fadmin",
-            "https://api.example.com/v1/.%2e/admin",
-            "https://api.example.com/v1/a/..%2f..%2fadmin",
-            "https://api.example.com/v1/..%5cadmin",
-            "https://api.example.com/v1/%2e%2e",
-        ] {
-            assert!(!t.allows(url), "{url}");
-        }
-        assert!(t.join("/..%2fadmin").is_err());
-        assert!(t.allows("https://api.example.com/v1/a%2Fb"));
-        assert!(t.allows("https://api.example.com/v1/a/..%2fb"));
-        assert!(t.allows("https://api.example.com/v1/100%25"));
-    }
-
-    #[test]
-    fn workflow_targets_honour_keys_by_default() {
-        let mut t = target("http://127.0.0.1:5678");
-        assert!(!t.honours_keys());
-        t.kind = TargetKind::Workflow;
-        assert!(t.honours_keys());
-        t.honours_idempotency_keys = Some(false);
-        assert!(!t.honours_keys());
-    }
-
-    #[test]
-    fn env_secret_headers_resolve_or_name_the_field() {
-        let mut t: TargetConfig = toml::from_str(
-            "name = \"t\"\nbase_url = \"https://x.example\"\n[secret_headers]\n\
-             X-Token = \"env:ONCEGATE_TEST_TARGET_SECRET_SET\"\nX-Plain = \"literal\"\n",
-        )
-        .unwrap();
-        let env = |var: &str| (var == "ONCEGATE_TEST_TARGET_SECRET_SET").then(|| "from-env".into());
-        t.resolve_env_secrets("targets[0]", env).unwrap();
-        assert_eq!(t.secret_headers["X-Token"].expose_secret(), "from-env");
-        assert_eq!(t.secret_headers["X-Plain"].expose_secret(), "literal");
-
-        let mut missing: TargetConfig = toml::from_str(
-            "name = \"t\"\nbase_url = \"https://x.example\"\n[secret_headers]\n\
-             X-Token = \"env:ONCEGATE_TEST_TARGET_SECRET_UNSET\"\n",
-        )
-        .unwrap();
-        let (field, message) = missing.resolve_env_secrets("targets[0]", env).unwrap_err();
-        assert_eq!(field, "targets[0].secret_headers.X-Token");
-        assert!(
-            message.contains("ONCEGATE_TEST_TARGET_SECRET_UNSET"),
-            "{message}"
-        );
-    }
-
-    #[test]
-    fn bad_secret_headers_are_refused() {
-        let bad_name: TargetConfig = toml::from_str(
-            "name = \"t\"\nbase_url = \"https://x.example\"\n[secret_headers]\n\"Bad Name\" = \"x\"\n",
-        )
-        .unwrap();
-        assert_eq!(
-            bad_name.validate("targets[0]").unwrap_err().0,
-            "targets[0].secret_headers"
-        );
-        let bad_value: TargetConfig = toml::from_str(
-            "name = \"t\"\nbase_url = \"https://x.example\"\n[secret_headers]\nX-Token = \"a\\nb\"\n",
-        )
-        .unwrap();
-        assert_eq!(
-            bad_value.validate("targets[0]").unwrap_err().0,
-            "targets[0].secret_headers.X-Token"
-        );
-    }
-
-    #[test]
-    fn secret_headers_never_show_in_debug() {
-        let t: TargetConfig = toml::from_str(
-            "name = \"t\"\nbase_url = \"https://x.example\"\n[secret_headers]\nAuthorization = \"Bearer s3cr3t\"\n",
-        )
-        .unwrap();
-        assert!(!format!("{t:?}").contains("s3cr3t"));
-    }
-}
+mod tests;
