@@ -182,6 +182,15 @@ impl Shared {
         }
     }
 
+    /// The token use cases (create, list, revoke) over this state.
+    pub fn tokens(&self) -> crate::tokens::Tokens<'_> {
+        crate::tokens::Tokens {
+            store: self.store.as_ref(),
+            auth: &self.auth,
+            clock: self.clock.as_ref(),
+        }
+    }
+
     /// People's decisions on challenges over this state.
     pub fn decisions(&self) -> crate::approval::decide::Decisions<'_> {
         crate::approval::decide::Decisions {

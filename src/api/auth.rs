@@ -1,7 +1,8 @@
 //! Bearer tokens on the API: each names a subject, its scopes and roles.
 //!
 //! A request's token is looked up in the shared table of known tokens
-//! ([`crate::tokens::Authenticator`], by digest only). Routes declare
+//! ([`crate::tokens::Authenticator`], by digest only: the config file's in
+//! memory, stored ones in the database through a cache of a few seconds). Routes declare
 //! the scopes they need with [`require`]; the check runs before the body is
 //! read, so a wrong token never causes a write.
 
@@ -41,7 +42,7 @@ pub async fn require(
     let principal = app
         .auth
         .authenticate(token)
-        .cloned()
+        .await?
         .ok_or(ApiError::Unauthorized)?;
     if !needed.iter().any(|s| principal.has(*s)) {
         let names: Vec<&str> = needed.iter().map(|s| s.as_str()).collect();
@@ -99,6 +100,18 @@ pub async fn approver_or_operator(
     next: Next,
 ) -> Result<Response, ApiError> {
     require(&app, &[Scope::Approver, Scope::Operator], req, next).await
+}
+
+/// Middleware for the admin routes (tokens).
+///
+/// # Errors
+/// As [`require`].
+pub async fn admin(
+    State(app): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    require(&app, &[Scope::Admin], req, next).await
 }
 
 /// Middleware for the Idempotency-Key proxy (`/proxy/{name}/…`): tokens

@@ -40,6 +40,7 @@ pub mod runs;
 // The request span and the duration histogram.
 pub mod telemetry;
 mod timeline;
+mod tokens;
 
 pub use admin::SwitchView;
 pub use error::{ApiError, Problem};
@@ -61,6 +62,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .merge(gate::router(state.clone()))
         .merge(approvals::router(state.clone()))
         .merge(proxy::router(state.clone()))
+        .merge(tokens::router(state.clone()))
         .merge(noop::router(state))
 }
 

@@ -56,6 +56,9 @@ use crate::state::AppState;
         super::noop::noop,
         super::proxy::forward,
         super::proxy::resolve,
+        super::tokens::create,
+        super::tokens::list,
+        super::tokens::revoke,
     ),
     components(schemas(super::Problem)),
     modifiers(&BearerAuth, &CommonAnswers),
@@ -68,6 +71,7 @@ use crate::state::AppState;
         (name = "audit", description = "A key's timeline and hash-chain status"),
         (name = "approvals", description = "Model output, the gate, the approvals inbox"),
         (name = "proxy", description = "The Idempotency-Key proxy and the resolution of its unknown keys"),
+        (name = "tokens", description = "API tokens made at run time: create (shown once), list, revoke"),
     )
 )]
 pub struct ApiDoc;

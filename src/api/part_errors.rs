@@ -166,3 +166,25 @@ impl From<crate::proxy::resolve::ResolveError> for ApiError {
         }
     }
 }
+
+impl From<crate::tokens::TokenError> for ApiError {
+    fn from(err: crate::tokens::TokenError) -> Self {
+        use crate::tokens::TokenError as E;
+        match err {
+            E::Invalid { field, message } => Self::invalid(field, message),
+            E::Exceeds(detail) => Self::Refusal {
+                status: axum::http::StatusCode::FORBIDDEN,
+                slug: "token-exceeds-creator",
+                detail,
+                field: None,
+                retry_after: None,
+            },
+            E::NotFound(_) => Self::NotFound(err.to_string()),
+            E::Conflict(detail) => Self::Conflict {
+                slug: "token-not-revocable",
+                detail,
+            },
+            E::Store(err) => err.into(),
+        }
+    }
+}

@@ -58,6 +58,37 @@ pub async fn open_store(config: &Config, clock: SharedClock) -> Result<SharedSto
     }
 }
 
+/// The first-start admin token, made and stored (its digest) when no
+/// stored token works (none yet, or all revoked or expired).
+async fn first_start_token(
+    store: &SharedStore,
+    now: crate::clock::Millis,
+) -> Result<Option<String>> {
+    let stored = store.stored_tokens().await?;
+    let live = stored
+        .iter()
+        .any(|t| t.revoked_at.is_none() && t.expires_at.is_none_or(|at| at > now));
+    if live {
+        return Ok(None);
+    }
+    let token = tokens::generate_token();
+    let digest = tokens::digest(&token);
+    let entry = StoredToken {
+        id: tokens::id_of(&digest),
+        digest,
+        subject: "admin".into(),
+        scopes: vec![Scope::Admin.as_str().into()],
+        roles: vec![],
+        namespaces: None,
+        created_by: None,
+        created_at: now,
+        expires_at: None,
+        revoked_at: None,
+    };
+    store.insert_token(&entry).await?;
+    Ok(Some(token))
+}
+
 /// Builds the app around a migrated store. When no token is configured and
 /// none is stored yet, creates one admin token, stores its digest, and
 /// returns the token so the caller can show it once.
@@ -69,26 +100,13 @@ pub async fn build_state(
     store: SharedStore,
     clock: SharedClock,
 ) -> Result<(AppState, Option<String>)> {
-    let mut bootstrap = None;
-    let stored = if config.tokens.is_empty() {
-        let mut stored = store.stored_tokens().await?;
-        if stored.is_empty() {
-            let token = tokens::generate_token();
-            let entry = StoredToken {
-                digest: tokens::digest(&token),
-                subject: "admin".into(),
-                scopes: vec![Scope::Admin.as_str().into()],
-                roles: vec![],
-            };
-            store.insert_token(&entry).await?;
-            stored.push(entry);
-            bootstrap = Some(token);
-        }
-        stored
+    let bootstrap = if config.tokens.is_empty() {
+        first_start_token(&store, clock.now_ms()).await?
     } else {
         // Once tokens are configured, the first-start token is deleted: if
         // `[[tokens]]` is emptied later, a new one is made and shown, and
         // the old one (perhaps still in a shell history) never works again.
+        // Tokens made at run time stay.
         let retired = store.delete_stored_tokens().await?;
         if retired > 0 {
             tracing::warn!(
@@ -96,9 +114,10 @@ pub async fn build_state(
                 "[[tokens]] is configured: the first-start admin token is deleted"
             );
         }
-        Vec::new()
+        None
     };
-    let auth = Authenticator::new(&config.tokens, &stored);
+    let token_store: Arc<dyn crate::tokens::port::TokenStore> = store.clone();
+    let auth = Authenticator::new(&config.tokens, token_store, clock.clone());
     let sources = Sources::prepare(&config.sources, &config.targets).map_err(anyhow::Error::msg)?;
     let schemas = crate::approval::operation::output_schemas(&config.operations)
         .map_err(anyhow::Error::msg)?;

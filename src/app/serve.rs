@@ -47,9 +47,6 @@ pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<()> {
     if let Some(token) = bootstrap {
         show_bootstrap_token(&token, &state.config.database.url)?;
     }
-    if state.auth.is_empty() {
-        tracing::warn!("no API token is usable; every API call will be refused");
-    }
     let metrics_listener = match state.config.metrics.listen {
         Some(addr) => Some(
             TcpListener::bind(addr)

@@ -1,23 +1,28 @@
 //! The approval pages, server-rendered. Every value is escaped by `maud`
-//! (model output is untrusted text); no script runs, no asset is fetched
-//! from elsewhere, and the security headers forbid both.
+//! (model output is untrusted text); no script runs, the only asset is the
+//! service's own stylesheet, and the security headers ([`POLICY`]) forbid
+//! inline scripts and styles.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use maud::{html, Markup, PreEscaped, DOCTYPE};
+use maud::{html, Markup, DOCTYPE};
 use serde_json::Value;
 
 use super::{Challenge, ChallengeState, Refusal};
 use crate::clock::to_datetime;
 
-const STYLE: &str = "body{font:16px/1.5 system-ui,sans-serif;max-width:56rem;margin:0 auto;padding:1rem;color:#1b1b1b}\
-h1{font-size:1.4rem}table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:.3rem .5rem;border-bottom:1px solid #ddd;vertical-align:top}\
-pre{background:#f5f5f5;padding:.75rem;overflow:auto;white-space:pre-wrap;word-break:break-word}\
-.card{border:1px solid #ccc;border-radius:6px;padding:1rem;margin:1rem 0}.warn{background:#fff4e5;border-color:#f0a020}\
-.bad{background:#fdecea;border-color:#d33}.ok{background:#e8f5e9;border-color:#2e7d32}\
-button{font-size:1rem;padding:.5rem 1rem;margin-right:.5rem}label{display:block;margin:.5rem 0 .2rem}\
-textarea,input[type=password],input[type=text]{width:100%;box-sizing:border-box;font:inherit;padding:.4rem}\
-nav a{margin-right:1rem}";
+/// The pages' stylesheet, served at [`STYLESHEET`] (the security policy
+/// allows no inline style).
+pub const CSS: &str = include_str!("pages.css");
+
+/// Where [`CSS`] is served.
+pub const STYLESHEET: &str = "/assets/pages.css";
+
+/// The security policy of every page: nothing runs and nothing is fetched
+/// but the service's own stylesheets and images; no inline script, style
+/// or event attribute; forms post only to the service; no framing.
+pub const POLICY: &str = "default-src 'none'; style-src 'self'; img-src 'self' data:; \
+    form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// The page frame shared by the approval and console pages.
 pub fn layout(title: &str, body: Markup) -> Markup {
@@ -28,7 +33,7 @@ pub fn layout(title: &str, body: Markup) -> Markup {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · oncegate" }
-                style { (PreEscaped(STYLE)) }
+                link rel="stylesheet" href=(STYLESHEET);
             }
             body { main { (body) } }
         }
@@ -74,9 +79,7 @@ pub fn respond(status: StatusCode, page: Markup) -> Response {
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(
         header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-        ),
+        HeaderValue::from_static(POLICY),
     );
     response
 }

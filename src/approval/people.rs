@@ -97,16 +97,15 @@ impl People<'_> {
         if session.auth == AuthMethod::Token {
             // The token that opened the session must still be known, and
             // still sign in: its current scopes and roles apply at once.
-            let principal = session
-                .credential
-                .as_deref()
-                .and_then(|d| self.auth.by_digest(d))
-                .filter(|p| may_sign_in(p));
+            let principal = match session.credential.as_deref() {
+                Some(d) => self.auth.by_digest(d).await?.filter(may_sign_in),
+                None => None,
+            };
             let Some(p) = principal else {
                 self.store.delete_session(&session.id_hash).await?;
                 return Ok(None);
             };
-            session.scopes = scope_names(p);
+            session.scopes = scope_names(&p);
             session.roles.clone_from(&p.roles);
         }
         Ok(Some(Person { secret, session }))
@@ -119,13 +118,13 @@ impl People<'_> {
     /// The store failed.
     pub async fn sign_in(&self, token: &str) -> Result<Option<(Person, HeaderValue)>, StoreError> {
         let credential = crate::tokens::digest(token.trim());
-        let Some(p) = self.auth.by_digest(&credential).filter(|p| may_sign_in(p)) else {
+        let Some(p) = self.auth.by_digest(&credential).await?.filter(may_sign_in) else {
             return Ok(None);
         };
         let opened = self
             .open_session(
                 p.subject.clone(),
-                scope_names(p),
+                scope_names(&p),
                 p.roles.clone(),
                 credential,
             )

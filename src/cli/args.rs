@@ -44,6 +44,19 @@ pub enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
+    /// API tokens made at run time: create (shown once), list, revoke
+    /// (through the server; needs an admin token).
+    Tokens {
+        /// The server and an admin token.
+        #[command(flatten)]
+        remote: Remote,
+        /// Print JSON instead of a table.
+        #[arg(long, global = true)]
+        json: bool,
+        /// What to do.
+        #[command(subcommand)]
+        command: TokensCommand,
+    },
     /// The kill switch: hold or release every effect, or one target's
     /// (through the server with --url/--token, else on the database).
     Actions {
@@ -173,6 +186,37 @@ pub enum TokenCommand {
         /// A role for approval policies (repeatable).
         #[arg(long = "role")]
         roles: Vec<String>,
+    },
+}
+
+/// `oncegate tokens …`.
+#[derive(Debug, Subcommand)]
+pub enum TokensCommand {
+    /// Make a token; it is printed once (only its digest is stored).
+    Create {
+        /// The person or workflow the token speaks for.
+        #[arg(long)]
+        subject: String,
+        /// A scope (repeatable): workflow, operator, approver, proxy, admin.
+        #[arg(long = "scope", value_enum, required = true)]
+        scopes: Vec<Scope>,
+        /// A role for approval policies (repeatable; one you hold).
+        #[arg(long = "role")]
+        roles: Vec<String>,
+        /// A namespace or prefix (`billing:*`) it reaches (repeatable;
+        /// none: every namespace).
+        #[arg(long = "namespace")]
+        namespaces: Vec<String>,
+        /// When it stops working (RFC 3339; default: never).
+        #[arg(long)]
+        expires_at: Option<String>,
+    },
+    /// List every token (never a token's value).
+    List,
+    /// Revoke a stored token by its id (every instance refuses it within seconds).
+    Revoke {
+        /// The token's id, as listed.
+        id: String,
     },
 }
 

@@ -4,7 +4,7 @@
 //! configuration and sets up logging, then hands the command to [`run`].
 //! `serve` is the composition root's ([`crate::app::serve`]). The operator
 //! commands talk to a running server over its API (`remote.rs`: `--url`,
-//! `--token`): `dlq` and `proxy` always; `actions`, `runs get` and
+//! `--token`): `dlq`, `proxy` and `tokens` always; `actions`, `runs get` and
 //! `approvals list` when a URL or token is given, and on the database
 //! directly otherwise; `audit status` always. `migrate`, `backup` and
 //! `audit verify|checkpoint` open the database directly, so they run with
@@ -36,10 +36,11 @@ mod remote;
 mod retention;
 mod runs;
 mod token;
+mod tokens;
 
 pub use args::{
     ActionsCommand, ApprovalsCommand, AuditCommand, Cli, Command, ConfigCommand, LabArgs,
-    LabCrashPoint, RecoveryCommand, RetentionCommand, RunsCommand, TokenCommand,
+    LabCrashPoint, RecoveryCommand, RetentionCommand, RunsCommand, TokenCommand, TokensCommand,
 };
 pub use dlq::{DlqArgs, DlqCommand, JobsCommand};
 pub use proxy::{ProxyArgs, ProxyCommand};
@@ -72,6 +73,11 @@ pub async fn run(command: Command, config: Config) -> Result<()> {
             json,
             command,
         } => actions::run(command, &remote, json, &config).await,
+        Command::Tokens {
+            remote,
+            json,
+            command,
+        } => tokens::run(command, &remote, json, &config).await,
         Command::Dlq(args) => dlq::run(args, &config).await,
         Command::Proxy(args) => proxy::run(args, &config).await,
         Command::Audit { remote, command } => audit::run(command, &remote, &config).await,

@@ -1,6 +1,7 @@
-//! API tokens: the digest a token is known by, new random tokens, and the
+//! API tokens: the digest a token is known by, new random tokens, the
 //! table of known tokens (configured and stored) with the [`Principal`]
-//! each names.
+//! each names, and the use cases of tokens made at run time (create,
+//! list, revoke: [`manage`]).
 //!
 //! Only SHA-256 digests of tokens are configured or stored. A presented
 //! token is hashed and looked up by digest; since tokens carry 256 random
@@ -9,20 +10,23 @@
 //! holds it without importing [`crate::api`]; the API's middleware
 //! ([`crate::api::auth`]) checks a request's token against it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
+pub mod authenticator;
 pub mod config;
+pub mod manage;
 pub mod namespaces;
 pub mod port;
 
+pub use authenticator::Authenticator;
 pub use config::{is_digest, Scope, TokenConfig};
+pub use manage::{NewToken, TokenError, TokenView, Tokens};
 pub use namespaces::{NamespacePattern, Namespaces};
-use port::StoredToken;
 
 /// Who is calling: the subject of a verified token.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,59 +53,16 @@ impl Principal {
     }
 }
 
-/// Every known token digest and whom it names.
-#[derive(Debug, Default)]
-pub struct Authenticator {
-    by_digest: HashMap<String, Principal>,
-}
-
-impl Authenticator {
-    /// Builds the table from configured and stored tokens.
-    pub fn new(configured: &[TokenConfig], stored: &[StoredToken]) -> Self {
-        let mut by_digest = HashMap::new();
-        for t in configured {
-            by_digest.insert(
-                t.digest.clone(),
-                Principal {
-                    subject: t.subject.clone(),
-                    scopes: t.scopes.iter().copied().collect(),
-                    roles: t.roles.clone(),
-                    namespaces: Namespaces::from_list(t.namespaces.as_deref()),
-                },
-            );
-        }
-        for t in stored {
-            by_digest
-                .entry(t.digest.clone())
-                .or_insert_with(|| Principal {
-                    subject: t.subject.clone(),
-                    scopes: t.scopes.iter().filter_map(|s| Scope::parse(s)).collect(),
-                    roles: t.roles.clone(),
-                    namespaces: Namespaces::All,
-                });
-        }
-        Self { by_digest }
-    }
-
-    /// Whether any token is known.
-    pub fn is_empty(&self) -> bool {
-        self.by_digest.is_empty()
-    }
-
-    /// The principal a presented token names.
-    pub fn authenticate(&self, token: &str) -> Option<&Principal> {
-        self.by_digest(&digest(token))
-    }
-
-    /// The principal of a token by its digest (a session's credential).
-    pub fn by_digest(&self, digest: &str) -> Option<&Principal> {
-        self.by_digest.get(digest)
-    }
-}
-
 /// `sha256:<hex>` of a token.
 pub fn digest(token: &str) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(token.as_bytes())))
+}
+
+/// A token's public handle: the first 16 hex digits of its digest (64
+/// bits of a hash of 256 random bits: names the token, reveals nothing).
+pub fn id_of(digest: &str) -> String {
+    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+    hex.chars().take(16).collect()
 }
 
 /// A new random token (`og_` + 43 base64url characters = 256 bits).
@@ -116,21 +77,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tokens_are_found_by_digest_only() {
+    fn tokens_are_random_and_named_by_their_digest() {
         let token = generate_token();
         assert!(token.starts_with("og_") && token.len() == 46);
-        let config = TokenConfig {
-            subject: "n8n".into(),
-            digest: digest(&token),
-            scopes: vec![Scope::Workflow],
-            roles: vec![],
-            namespaces: None,
-        };
-        let auth = Authenticator::new(&[config], &[]);
-        let who = auth.authenticate(&token).unwrap();
-        assert_eq!(who.subject, "n8n");
-        assert!(who.has(Scope::Workflow) && !who.has(Scope::Operator));
-        assert!(auth.authenticate("og_wrong").is_none());
+        assert_ne!(token, generate_token());
+        let d = digest(&token);
+        assert!(is_digest(&d));
+        assert_eq!(id_of(&d), d["sha256:".len().."sha256:".len() + 16]);
     }
 
     #[test]

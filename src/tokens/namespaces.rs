@@ -58,6 +58,15 @@ impl NamespacePattern {
             namespace == self.text
         }
     }
+
+    /// Whether every namespace `other` matches is matched by this entry too.
+    pub fn covers(&self, other: &Self) -> bool {
+        if self.prefix {
+            other.text.starts_with(&self.text)
+        } else {
+            !other.prefix && other.text == self.text
+        }
+    }
 }
 
 impl fmt::Display for NamespacePattern {
@@ -140,5 +149,12 @@ mod tests {
             assert!(NamespacePattern::parse(bad).is_err(), "{bad:?}");
         }
         assert!(NamespacePattern::parse("*").unwrap().matches("any"));
+        let p = |s: &str| NamespacePattern::parse(s).unwrap();
+        assert!(
+            p("billing:*").covers(&p("billing:eu")) && p("billing:*").covers(&p("billing:eu*"))
+        );
+        assert!(p("crm").covers(&p("crm")) && p("*").covers(&p("x*")));
+        assert!(!p("crm").covers(&p("crm*")) && !p("billing:*").covers(&p("billing*")));
+        assert!(!p("crm").covers(&p("crm2")));
     }
 }

@@ -51,6 +51,19 @@ impl UiError {
     }
 }
 
+impl From<crate::tokens::TokenError> for UiError {
+    fn from(err: crate::tokens::TokenError) -> Self {
+        use crate::tokens::TokenError as E;
+        match err {
+            E::Invalid { .. } => Self::Invalid(err.to_string()),
+            E::Exceeds(detail) => Self::Forbidden(detail),
+            E::NotFound(_) => Self::NotFound(err.to_string()),
+            E::Conflict(detail) => Self::Refused(detail),
+            E::Store(e) => Self::Store(e),
+        }
+    }
+}
+
 impl From<PlanError> for UiError {
     fn from(err: PlanError) -> Self {
         match err {

@@ -1,15 +1,18 @@
-//! The frame every console page shares: the head (embedded stylesheet,
+//! The frame every console page shares: the head (the served stylesheet,
 //! viewport, optional refresh), the navigation bar with sign-out, and the
 //! small formatting helpers the pages use for times, ages and states.
 
-use maud::{html, Markup, PreEscaped, DOCTYPE};
+use maud::{html, Markup, DOCTYPE};
 
 use crate::approval::pages::urlencode;
 use crate::clock::{to_datetime, Millis};
 
-/// The stylesheet, embedded in the binary (inline: the pages' security
-/// headers allow no stylesheet from anywhere, not even this server).
-const CSS: &str = include_str!("console.css");
+/// The console's stylesheet, embedded in the binary and served at
+/// [`STYLESHEET`] (the pages' security policy allows no inline style).
+pub const CSS: &str = include_str!("console.css");
+
+/// Where [`CSS`] is served.
+pub const STYLESHEET: &str = "/assets/console.css";
 
 /// A section of the console, for the navigation bar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,9 +31,11 @@ pub enum Nav {
     Jobs,
     /// `/ui/actions`.
     Actions,
+    /// `/ui/tokens` (admins).
+    Tokens,
 }
 
-const SECTIONS: [(Nav, &str, &str); 7] = [
+const SECTIONS: [(Nav, &str, &str); 8] = [
     (Nav::Dashboard, "/ui", "Dashboard"),
     (Nav::Runs, "/ui/runs", "Runs"),
     (Nav::Approvals, "/ui/approvals", "Approvals"),
@@ -38,6 +43,7 @@ const SECTIONS: [(Nav, &str, &str); 7] = [
     (Nav::Deliveries, "/ui/deliveries", "Deliveries"),
     (Nav::Jobs, "/ui/replay-jobs", "Replay jobs"),
     (Nav::Actions, "/ui/actions", "Actions"),
+    (Nav::Tokens, "/ui/tokens", "Tokens"),
 ];
 
 /// Who the bar shows, and what they may open.
@@ -47,6 +53,8 @@ pub struct Bar<'a> {
     pub subject: &'a str,
     /// Whether they hold the operator scope (else only the inbox).
     pub operator: bool,
+    /// Whether they hold the admin scope (the tokens page).
+    pub admin: bool,
     /// The sign-out form's CSRF token.
     pub logout_csrf: String,
 }
@@ -66,7 +74,7 @@ fn head(title: &str, extra: &Head) -> Markup {
             meta http-equiv="refresh" content=(secs);
         }
         title { (title) " · oncegate console" }
-        style { (PreEscaped(CSS)) }
+        link rel="stylesheet" href=(STYLESHEET);
     }
 }
 
@@ -82,7 +90,7 @@ pub fn page(title: &str, active: Nav, bar: &Bar<'_>, extra: &Head, body: Markup)
                     nav aria-label="Console sections" {
                         ul {
                             @for (section, href, label) in SECTIONS {
-                                @if bar.operator || section == Nav::Approvals {
+                                @if (bar.operator && section != Nav::Tokens) || bar.admin || section == Nav::Approvals {
                                     li {
                                         a href=(href) aria-current=[(section == active).then_some("page")] { (label) }
                                     }

@@ -16,7 +16,7 @@ pub async fn show() -> Response {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { "oncegate" }
-                style { "body{font-family:system-ui,sans-serif;max-width:40rem;margin:3rem auto;padding:0 1rem;line-height:1.5}code{background:#f3f3f3;padding:0 .2em}" }
+                link rel="stylesheet" href=(crate::approval::pages::STYLESHEET);
             }
             body {
                 h1 { "oncegate " small { (version) } }

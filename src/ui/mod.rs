@@ -1,8 +1,9 @@
 //! The operator console at `/ui` (DESIGN.md §1 "api / ui", §7, §8).
 //!
 //! Server-rendered HTML (`maud`, which escapes every value), no script, no
-//! front-end build, nothing fetched from elsewhere: the stylesheet and the
-//! charts are inline and embedded in the binary, and every page carries the
+//! front-end build, nothing fetched from elsewhere: the stylesheet is
+//! embedded in the binary and served from this origin ([`assets`]), the
+//! charts are inline SVG, and every page carries the
 //! security headers of the approval pages
 //! ([`crate::approval::pages::respond`]). People sign in once at `/login`
 //! (the approval pages' session); every page needs the operator scope
@@ -25,6 +26,8 @@
 //! - [`replay`]: bulk replay: the dry-run summary, then the job.
 //! - [`jobs`]: replay jobs: progress, stop, resume.
 //! - [`actions`]: the kill switch, with a confirmation step.
+//! - [`tokens`]: API tokens (admins): list, make (shown once), revoke.
+//! - [`assets`]: the stylesheets the pages link.
 
 use axum::response::Redirect;
 use axum::routing::{get, post};
@@ -34,6 +37,7 @@ use crate::state::AppState;
 
 pub mod actions;
 pub mod approvals;
+pub mod assets;
 pub mod charts;
 pub mod dashboard;
 pub mod deadletter;
@@ -48,6 +52,7 @@ pub mod replay;
 pub mod run;
 pub mod runs;
 pub mod session;
+pub mod tokens;
 
 pub use error::UiError;
 pub use session::{Operator, Viewer};
@@ -56,6 +61,8 @@ pub use session::{Operator, Viewer};
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/", get(home::show))
+        .route(frame::STYLESHEET, get(assets::console))
+        .route(crate::approval::pages::STYLESHEET, get(assets::pages))
         .route("/ui", get(dashboard::show))
         .route("/ui/runs", get(runs::show))
         .route("/ui/run", get(run::show))
@@ -77,6 +84,8 @@ pub fn router() -> Router<AppState> {
         .route("/ui/replay-jobs/{id}/resume", post(jobs::resume))
         .route("/ui/actions", get(actions::show).post(actions::change))
         .route("/ui/actions/confirm", get(actions::confirm))
+        .route("/ui/tokens", get(tokens::show).post(tokens::create))
+        .route("/ui/tokens/{id}/revoke", post(tokens::revoke))
         // The approval pages link their inbox here.
         .route(
             "/approvals",

@@ -19,6 +19,7 @@ use crate::approval::pages::{respond, see_other, urlencode, with_cookie};
 use crate::approval::people::Person;
 use crate::config::Scope;
 use crate::state::AppState;
+use crate::tokens::Principal;
 
 /// A signed-in person allowed into the console (approver or operator).
 #[derive(Debug, Clone)]
@@ -37,6 +38,29 @@ impl Viewer {
     /// Whether the session holds `scope` (admin holds every scope).
     pub fn has(&self, scope: Scope) -> bool {
         self.person.session.has(scope)
+    }
+
+    /// The principal behind the session, as the API would see it: a token
+    /// session's token as it is now (its namespaces included), a single
+    /// sign-on session's subject, scopes and roles (every namespace).
+    ///
+    /// # Errors
+    /// The store failed; [`UiError::Forbidden`] when the token is gone.
+    pub async fn principal(&self, app: &AppState) -> Result<Principal, UiError> {
+        let s = &self.person.session;
+        if let Some(credential) = &s.credential {
+            return app
+                .auth
+                .by_digest(credential)
+                .await?
+                .ok_or_else(|| UiError::Forbidden("the token of this session is gone".into()));
+        }
+        Ok(Principal {
+            subject: s.subject.clone(),
+            scopes: s.scopes.iter().filter_map(|n| Scope::parse(n)).collect(),
+            roles: s.roles.clone(),
+            namespaces: crate::tokens::Namespaces::All,
+        })
     }
 
     /// The CSRF token of a form about `purpose`.
@@ -71,6 +95,7 @@ impl Viewer {
         let bar = Bar {
             subject: self.subject(),
             operator: self.has(Scope::Operator),
+            admin: self.has(Scope::Admin),
             logout_csrf: self.csrf("logout"),
         };
         let html = page(title, active, &bar, head, body);

@@ -1,5 +1,6 @@
-//! The raw approval token appears nowhere but in the gate's answer: not in
-//! a full dump of the database (audit table included), not in the logs at
+//! The raw approval token appears nowhere but in the gate's answer, and a
+//! token made at run time nowhere but in its creation's answer: not in a
+//! full dump of the database (audit table included), not in the logs at
 //! TRACE, not in `/metrics` (both stores, the real binary).
 
 use std::time::Duration;
@@ -59,11 +60,14 @@ async fn approval_token_is_nowhere(backend: Backend) {
         Backend::Postgres => db.url.clone(),
     };
     let (approver, entry) = token("alice", &[Scope::Approver]);
+    let (admin, admin_entry) = token("root", &[Scope::Admin]);
     let extra = format!(
         "[[tokens]]\nsubject = \"alice\"\ndigest = \"{}\"\nscopes = [\"approver\"]\n\n\
+         [[tokens]]\nsubject = \"root\"\ndigest = \"{}\"\nscopes = [\"admin\"]\n\n\
          [[targets]]\nname = \"mail\"\nbase_url = \"{}\"\n\n\
          [[operations]]\nname = \"send_reply\"\ncustomer_visible = true\n",
         entry.digest,
+        admin_entry.digest,
         target.base_url()
     );
     let (config, workflow) = write_config_with(dir.path(), &url, &extra);
@@ -141,6 +145,7 @@ async fn approval_token_is_nowhere(backend: Backend) {
         || async { (target.effect_count_for_key("support:t-1:reply") == 1).then_some(()) },
     )
     .await;
+    let runtime = runtime_token_made_used_and_revoked(&http, &base, &admin).await;
     let metrics = http
         .get(format!("{base}/metrics"))
         .send()
@@ -167,6 +172,8 @@ async fn approval_token_is_nowhere(backend: Backend) {
         ("session cookie", session.as_str()),
         ("approver token", approver.as_str()),
         ("workflow token", workflow.as_str()),
+        ("admin token", admin.as_str()),
+        ("run-time token", runtime.as_str()),
     ] {
         assert!(!holds(&logs, secret), "the TRACE logs hold the {what}");
         assert!(!metrics.contains(secret), "/metrics holds the {what}");
@@ -175,6 +182,48 @@ async fn approval_token_is_nowhere(backend: Backend) {
             "the database dump holds the {what}"
         );
     }
+}
+
+/// Makes a token through the API, uses it, revokes it; returns it.
+async fn runtime_token_made_used_and_revoked(
+    http: &reqwest::Client,
+    base: &str,
+    admin: &str,
+) -> String {
+    let made: Value = http
+        .post(format!("{base}/v1/admin/tokens"))
+        .bearer_auth(admin)
+        .json(&json!({"subject": "made-at-run-time", "scopes": ["operator"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let secret = made["token"].as_str().expect("a token").to_owned();
+    let id = made["id"].as_str().unwrap();
+    let used = http
+        .get(format!("{base}/v1/approvals"))
+        .bearer_auth(&secret)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(used.status(), 200, "the token works");
+    let revoked = http
+        .post(format!("{base}/v1/admin/tokens/{id}/revoke"))
+        .bearer_auth(admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoked.status(), 200);
+    let refused = http
+        .get(format!("{base}/v1/approvals"))
+        .bearer_auth(&secret)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401, "the revoked token is refused");
+    secret
 }
 
 on_both_backends!(approval_token_is_nowhere);

@@ -530,15 +530,99 @@ async fn audit_chain_covers_every_move(backend: Backend) {
 
 async fn tokens_round_trip(backend: Backend) {
     let f = fixture(backend).await;
-    let token = StoredToken {
+    let first_start = StoredToken {
+        id: "abababababababab".into(),
         digest: format!("sha256:{}", "ab".repeat(32)),
         subject: "admin".into(),
         scopes: vec!["admin".into()],
         roles: vec!["finance".into()],
+        namespaces: None,
+        created_by: None,
+        created_at: 1_000,
+        expires_at: None,
+        revoked_at: None,
     };
-    f.store.insert_token(&token).await.unwrap();
-    f.store.insert_token(&token).await.unwrap();
-    assert_eq!(f.store.stored_tokens().await.unwrap(), vec![token]);
+    f.store.insert_token(&first_start).await.unwrap();
+    f.store.insert_token(&first_start).await.unwrap();
+    assert_eq!(
+        f.store.stored_tokens().await.unwrap(),
+        vec![first_start.clone()]
+    );
+
+    // A token made at run time: its namespaces, creator and expiry kept,
+    // its creation audited; revoked once, audited again.
+    let made = StoredToken {
+        id: "cdcdcdcdcdcdcdcd".into(),
+        digest: format!("sha256:{}", "cd".repeat(32)),
+        subject: "n8n-eu".into(),
+        scopes: vec!["workflow".into()],
+        roles: vec![],
+        namespaces: Some(vec![
+            oncegate::tokens::NamespacePattern::parse("crm").unwrap(),
+            oncegate::tokens::NamespacePattern::parse("billing:*").unwrap(),
+        ]),
+        created_by: Some("root".into()),
+        created_at: 0,
+        expires_at: Some(9_000_000_000_000),
+        revoked_at: None,
+    };
+    f.store.create_token(&made, "root").await.unwrap();
+    let found = f
+        .store
+        .token_by_digest(&made.digest)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (&found.namespaces, &found.created_by, found.expires_at),
+        (&made.namespaces, &made.created_by, made.expires_at)
+    );
+    assert!(found.created_at > 0, "the store's clock");
+    assert!(f
+        .store
+        .token_by_digest("sha256:00")
+        .await
+        .unwrap()
+        .is_none());
+    let revoked = f
+        .store
+        .revoke_token(&made.id, "root")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(revoked.revoked_at.is_some());
+    assert!(
+        f.store
+            .revoke_token(&made.id, "root")
+            .await
+            .unwrap()
+            .is_none(),
+        "once"
+    );
+    assert!(f
+        .store
+        .revoke_token("nope", "root")
+        .await
+        .unwrap()
+        .is_none());
+    let kinds =
+        f.db.texts(
+            "SELECT kind FROM audit_events WHERE run_key = 'tokens:cdcdcdcdcdcdcdcd' ORDER BY seq",
+        )
+        .await;
+    assert_eq!(kinds, ["token_created", "token_revoked"]);
+
+    // Configuring [[tokens]] deletes the first-start token only.
+    assert_eq!(f.store.delete_stored_tokens().await.unwrap(), 1);
+    let left: Vec<String> = f
+        .store
+        .stored_tokens()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(left, ["cdcdcdcdcdcdcdcd"]);
 }
 
 #[tokio::test]

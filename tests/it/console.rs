@@ -226,9 +226,19 @@ async fn pages_need_a_session_and_the_operator_scope(backend: Backend) {
         assert_eq!(resp.headers()["cache-control"], "no-store");
         let html = resp.text().await.unwrap();
         assert!(!html.contains("<script"), "{page} has no script");
+        assert!(!html.contains("<style"), "{page} has no inline style");
+        let links: Vec<&str> = html
+            .match_indices("<link")
+            .map(|(at, _)| &html[at..])
+            .collect();
         assert!(
-            !html.contains(" src=") && !html.contains("<link") && !html.contains("url("),
-            "{page} fetches nothing"
+            links.len() == 1
+                && links[0].starts_with("<link rel=\"stylesheet\" href=\"/assets/console.css\">"),
+            "{page} links its own stylesheet only"
+        );
+        assert!(
+            !html.contains(" src=") && !html.contains("url("),
+            "{page} fetches nothing else"
         );
     }
     let resp = ops

@@ -39,6 +39,7 @@ mod lab;
 mod n8n;
 mod namespaces;
 mod output_retention;
+mod page_headers;
 // Running on a real host: the CLI over the API, start-up checks (issue 24).
 mod operable;
 mod process;
@@ -57,6 +58,7 @@ mod sessions;
 // Outbound signing, checked by the official Standard Webhooks verifier.
 mod signing;
 mod target;
+mod tokens;
 // The operator console.
 mod browser;
 mod console;

@@ -1,16 +1,23 @@
 //! The token table's row.
 
+use crate::clock::Millis;
 use crate::db::exec::{FromRow, Row};
-use crate::ledger::storage::Result;
+use crate::ledger::storage::{Result, StoreError};
 use crate::tokens::port::StoredToken;
 
 /// An `api_tokens` row.
 #[derive(Debug)]
 pub(crate) struct TokenRow {
+    id: Option<String>,
     digest: String,
     subject: String,
     scopes: String,
     roles: String,
+    namespaces: Option<String>,
+    created_by: Option<String>,
+    created_at: Millis,
+    expires_at: Option<Millis>,
+    revoked_at: Option<Millis>,
 }
 
 fn split_list(list: &str) -> Vec<String> {
@@ -20,24 +27,50 @@ fn split_list(list: &str) -> Vec<String> {
         .collect()
 }
 
-impl From<TokenRow> for StoredToken {
-    fn from(row: TokenRow) -> Self {
-        Self {
-            digest: row.digest,
-            subject: row.subject,
-            scopes: split_list(&row.scopes),
-            roles: split_list(&row.roles),
-        }
+impl TokenRow {
+    /// The stored token.
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] when its namespaces are not a list of patterns.
+    pub(crate) fn into_token(self) -> Result<StoredToken> {
+        let namespaces = self
+            .namespaces
+            .map(|json| {
+                serde_json::from_str(&json).map_err(|e| {
+                    StoreError::Corrupt(format!("token namespaces are not a pattern list: {e}"))
+                })
+            })
+            .transpose()?;
+        Ok(StoredToken {
+            id: self
+                .id
+                .unwrap_or_else(|| crate::tokens::id_of(&self.digest)),
+            digest: self.digest,
+            subject: self.subject,
+            scopes: split_list(&self.scopes),
+            roles: split_list(&self.roles),
+            namespaces,
+            created_by: self.created_by,
+            created_at: self.created_at,
+            expires_at: self.expires_at,
+            revoked_at: self.revoked_at,
+        })
     }
 }
 
 impl FromRow for TokenRow {
     fn from_row(row: &dyn Row) -> Result<Self> {
         Ok(Self {
+            id: row.get("id")?,
             digest: row.get("digest")?,
             subject: row.get("subject")?,
             scopes: row.get("scopes")?,
             roles: row.get("roles")?,
+            namespaces: row.get("namespaces")?,
+            created_by: row.get("created_by")?,
+            created_at: row.get("created_at")?,
+            expires_at: row.get("expires_at")?,
+            revoked_at: row.get("revoked_at")?,
         })
     }
 }

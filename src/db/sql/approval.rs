@@ -1,5 +1,5 @@
-//! The SQL of approval challenges, browser sessions, stored API tokens and
-//! recorded model output, written once for both backends.
+//! The SQL of approval challenges, browser sessions and recorded model
+//! output, written once for both backends.
 
 use super::Dialect;
 use crate::approval::ChallengeMove;
@@ -31,12 +31,6 @@ pub struct ApprovalStatements {
     pub due: String,
     /// Closes a pending challenge past its expiry. Binds: now, id, state.
     pub close_due: String,
-    /// Stored token digests.
-    pub tokens: String,
-    /// Stores a token digest. Binds: digest, subject, scopes, roles, created_at.
-    pub insert_token: String,
-    /// Deletes every stored token (the first-start token, once `[[tokens]]` is configured).
-    pub delete_tokens: String,
     /// Stores a session. Binds: id_hash, subject, scopes, roles,
     /// auth_method, created_at, expires_at, credential.
     pub insert_session: String,
@@ -97,15 +91,6 @@ impl ApprovalStatements {
                  RETURNING {CHALLENGE_COLUMNS}",
                 pending = ChallengeMove::Expire.rule().sql_guard(),
             ),
-
-
-
-            tokens: "SELECT digest, subject, scopes, roles FROM api_tokens ORDER BY created_at"
-                .into(),
-            delete_tokens: "DELETE FROM api_tokens".into(),
-            insert_token: "INSERT INTO api_tokens (digest, subject, scopes, roles, created_at) \
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (digest) DO NOTHING"
-                .into(),
             insert_session: "INSERT INTO sessions (id_hash, subject, scopes, roles, auth_method, \
                  created_at, expires_at, credential) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
                  ON CONFLICT (id_hash) DO NOTHING"

@@ -22,6 +22,7 @@ pub mod proxy;
 pub mod recovery;
 pub mod retention;
 pub mod runs;
+pub mod tokens;
 
 /// The spellings that differ between backends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,7 +155,7 @@ pub struct Statements {
     pub deadletter: deadletter::DeadLetterStatements,
     /// Bulk replay jobs.
     pub jobs: jobs::JobStatements,
-    /// Challenges, sessions, tokens, model outputs.
+    /// Challenges, sessions, model outputs.
     pub approval: approval::ApprovalStatements,
     /// Retention: candidates, whole rows, slimming, scrubbing, maintenance leases.
     pub retention: retention::RetentionStatements,
@@ -162,6 +163,8 @@ pub struct Statements {
     pub gauges: gauges::GaugeStatements,
     /// The Idempotency-Key proxy's kept answers.
     pub proxy: proxy::ProxyStatements,
+    /// Stored API tokens (only digests).
+    pub tokens: tokens::TokenStatements,
     /// The redaction rules every write applies before storage.
     pub redactor: std::sync::Arc<crate::audit::Redactor>,
     /// The ledger's recovery rules, which the claim and the recovery moves
@@ -185,6 +188,7 @@ impl Statements {
             retention: retention::RetentionStatements::new(),
             gauges: gauges::GaugeStatements::new(dialect),
             proxy: proxy::ProxyStatements::new(dialect),
+            tokens: tokens::TokenStatements::new(),
             redactor: std::sync::Arc::new(crate::audit::Redactor::none()),
             ledger: std::sync::Arc::default(),
         }

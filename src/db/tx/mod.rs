@@ -30,6 +30,7 @@ pub(crate) mod replace;
 pub(crate) mod replay;
 pub(crate) mod retention;
 pub(crate) mod sessions;
+pub(crate) mod tokens;
 
 /// What an owner call found: its move done, or its lease no longer the
 /// run's live one (nothing written).

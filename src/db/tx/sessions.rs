@@ -1,6 +1,5 @@
-//! Browser sessions and the API tokens the service stores itself (only
-//! digests); the [`SessionStore`] and [`TokenStore`] ports. Every write
-//! goes through the writer.
+//! Browser sessions: the [`SessionStore`] port. Every write goes through
+//! the writer.
 
 use async_trait::async_trait;
 
@@ -8,10 +7,9 @@ use super::to_json;
 use crate::approval::port::SessionStore;
 use crate::approval::StoredSession;
 use crate::db::exec::Args;
-use crate::db::rows::{SessionRow, TokenRow};
+use crate::db::rows::SessionRow;
 use crate::db::{Backend, Db};
 use crate::ledger::storage::Result;
-use crate::tokens::port::{StoredToken, TokenStore};
 
 #[async_trait]
 impl<B: Backend> SessionStore for Db<B> {
@@ -64,43 +62,6 @@ impl<B: Backend> SessionStore for Db<B> {
                 let st = tx.st;
                 tx.execute(&st.approval.purge_sessions, Args::new().bind(tx.now))
                     .await
-            })
-        })
-        .await
-    }
-}
-
-#[async_trait]
-impl<B: Backend> TokenStore for Db<B> {
-    async fn stored_tokens(&self) -> Result<Vec<StoredToken>> {
-        let rd = self.reader();
-        let rows: Vec<TokenRow> = rd.all(&rd.st.approval.tokens, Args::new()).await?;
-        Ok(rows.into_iter().map(StoredToken::from).collect())
-    }
-
-    async fn insert_token(&self, token: &StoredToken) -> Result<()> {
-        let token = token.clone();
-        self.commit(move |tx| {
-            Box::pin(async move {
-                let st = tx.st;
-                let args = Args::new()
-                    .bind(&token.digest)
-                    .bind(&token.subject)
-                    .bind(token.scopes.join(","))
-                    .bind(token.roles.join(","))
-                    .bind(tx.clock_now);
-                tx.execute(&st.approval.insert_token, args).await?;
-                Ok(())
-            })
-        })
-        .await
-    }
-
-    async fn delete_stored_tokens(&self) -> Result<u64> {
-        self.commit(move |tx| {
-            Box::pin(async move {
-                let st = tx.st;
-                tx.execute(&st.approval.delete_tokens, Args::new()).await
             })
         })
         .await
