@@ -152,7 +152,8 @@ pub struct CreatedToken {
 }
 
 /// Makes a token; the answer holds the token, once.
-#[utoipa::path(post, path = "/v1/admin/tokens", tag = "tokens", request_body = CreateTokenBody,
+#[utoipa::path(post, path = "/v1/admin/tokens", tag = "tokens", operation_id = "create_token",
+    request_body = CreateTokenBody,
     security(("bearer" = [])),
     responses(
         (status = 201, description = "The token (shown once) and how it is listed", body = CreatedToken),

@@ -331,3 +331,6 @@ fn config_view(digest: &str, p: &Principal) -> TokenView {
         state: "active",
     }
 }
+
+#[cfg(test)]
+mod tests;

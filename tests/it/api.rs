@@ -458,6 +458,8 @@ fn the_openapi_document_places_parameters_and_required_fields_right() {
         .map(|v| v.as_str().unwrap())
         .collect();
     assert_eq!(required, ["operation", "effect_type", "target"], "{effect}");
+    let token = &doc["components"]["schemas"]["CreateTokenBody"]["required"];
+    assert_eq!(token, &serde_json::json!(["subject", "scopes"]), "{token}");
 }
 
 #[tokio::test]
@@ -489,6 +491,8 @@ async fn openapi_health_and_readiness_are_served() {
         "/v1/deliveries/{id}",
         "/v1/deliveries/{id}/forward",
         "/v1/deliveries/{id}/redeliver",
+        "/v1/admin/tokens",
+        "/v1/admin/tokens/{id}/revoke",
     ] {
         assert!(
             doc["paths"][path].is_object(),

@@ -10,7 +10,7 @@ use nix::unistd::Pid;
 use oncegate::config::Scope;
 use serde_json::{json, Value};
 
-use crate::harness::{eventually, on_both_backends, token, Backend, TestDb};
+use crate::harness::{answer, eventually, on_both_backends, token, Backend, TestDb};
 use crate::logs::start;
 use crate::process::write_config_with;
 use crate::target::MockTarget;
@@ -190,39 +190,22 @@ async fn runtime_token_made_used_and_revoked(
     base: &str,
     admin: &str,
 ) -> String {
-    let made: Value = http
-        .post(format!("{base}/v1/admin/tokens"))
-        .bearer_auth(admin)
-        .json(&json!({"subject": "made-at-run-time", "scopes": ["operator"]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let body = json!({"subject": "made-at-run-time", "scopes": ["operator"]});
+    let made = http.post(format!("{base}/v1/admin/tokens")).json(&body);
+    let (status, made) = answer(made.bearer_auth(admin)).await;
+    assert_eq!(status, 201, "{made}");
     let secret = made["token"].as_str().expect("a token").to_owned();
-    let id = made["id"].as_str().unwrap();
-    let used = http
-        .get(format!("{base}/v1/approvals"))
-        .bearer_auth(&secret)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(used.status(), 200, "the token works");
-    let revoked = http
-        .post(format!("{base}/v1/admin/tokens/{id}/revoke"))
-        .bearer_auth(admin)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(revoked.status(), 200);
-    let refused = http
-        .get(format!("{base}/v1/approvals"))
-        .bearer_auth(&secret)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(refused.status(), 401, "the revoked token is refused");
+    let inbox = || {
+        http.get(format!("{base}/v1/approvals"))
+            .bearer_auth(&secret)
+    };
+    assert_eq!(answer(inbox()).await.0, 200, "the token works");
+    let revoke = http.post(format!(
+        "{base}/v1/admin/tokens/{}/revoke",
+        made["id"].as_str().unwrap()
+    ));
+    assert_eq!(answer(revoke.bearer_auth(admin)).await.0, 200);
+    assert_eq!(answer(inbox()).await.0, 401, "the revoked token is refused");
     secret
 }
 

@@ -10,21 +10,12 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::deadletters::{app_for, claim_commit, dispatch_until};
-use crate::harness::{eventually, Backend, TestApp};
+use crate::harness::{eventually, oncegate_cli, Backend, TestApp};
 use crate::target::{Behaviour, MockTarget};
 
 async fn dlq(app: &TestApp, args: &[&str]) -> (bool, String, String) {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
-        .arg("dlq")
-        .args(args)
-        .env("ONCEGATE_URL", &app.base)
-        .env("ONCEGATE_TOKEN", &app.operator)
-        .env_remove("ONCEGATE_CONFIG")
-        .output()
-        .await
-        .unwrap();
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (out.status.success(), text(&out.stdout), text(&out.stderr))
+    let args: Vec<&str> = std::iter::once("dlq").chain(args.iter().copied()).collect();
+    oncegate_cli(&app.base, &app.operator, &args).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -578,3 +578,18 @@ pub async fn answer(req: reqwest::RequestBuilder) -> (u16, Value) {
     let status = resp.status().as_u16();
     (status, resp.json().await.unwrap_or(Value::Null))
 }
+
+/// Runs `oncegate <args>` against a served app with `token` (its URL and
+/// token from the environment, no config file); success, stdout, stderr.
+pub async fn oncegate_cli(base: &str, token: &str, args: &[&str]) -> (bool, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
+        .args(args)
+        .env("ONCEGATE_URL", base)
+        .env("ONCEGATE_TOKEN", token)
+        .env_remove("ONCEGATE_CONFIG")
+        .output()
+        .await
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::harness::{answer, eventually, on_both_backends, token, Backend, TestApp};
+use crate::harness::{answer, eventually, on_both_backends, oncegate_cli, token, Backend, TestApp};
 
 /// An admin for every namespace (`root`) and one for `crm` only (`carol`).
 pub(crate) struct Admins {
@@ -373,17 +373,10 @@ async fn revocation_on_one_instance_reaches_another_within_seconds() {
 }
 
 async fn cli(app: &TestApp, as_token: &str, args: &[&str]) -> (bool, String, String) {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
-        .arg("tokens")
-        .args(args)
-        .env("ONCEGATE_URL", &app.base)
-        .env("ONCEGATE_TOKEN", as_token)
-        .env_remove("ONCEGATE_CONFIG")
-        .output()
-        .await
-        .unwrap();
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (out.status.success(), text(&out.stdout), text(&out.stderr))
+    let args: Vec<&str> = std::iter::once("tokens")
+        .chain(args.iter().copied())
+        .collect();
+    oncegate_cli(&app.base, as_token, &args).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -420,5 +413,32 @@ async fn the_cli_creates_lists_and_revokes_over_the_api() {
     assert!(ok, "{err}");
     assert!(out.contains("revoked"), "{out}");
     assert_eq!(status_of(&app.base, &secret).await, 401);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_token_ends_the_sessions_it_opened() {
+    let Admins { app, root, .. } = admins(Backend::Sqlite).await;
+    let (_, made) = create(
+        &app,
+        &root,
+        json!({"subject": "olga", "scopes": ["operator"]}),
+    )
+    .await;
+    let secret = made["token"].as_str().unwrap();
+    let olga = crate::approvals::Browser::login(&app, secret).await;
+    assert_eq!(
+        olga.get("/ui").await.0,
+        200,
+        "signed in with a run-time token"
+    );
+    let (status, _) = revoke(&app, &root, made["id"].as_str().unwrap()).await;
+    assert_eq!(status, 200);
+    let resp = olga.request_get("/ui").await;
+    assert_eq!(resp.status(), 303, "the session ended with its token");
+    assert!(resp.headers()["location"]
+        .to_str()
+        .unwrap()
+        .starts_with("/login"));
     app.stop().await;
 }
