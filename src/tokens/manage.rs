@@ -256,10 +256,14 @@ fn normalised_roles(roles: &[String]) -> Result<Vec<String>, TokenError> {
     let mut out: Vec<String> = Vec::new();
     for role in roles {
         let role = role.trim();
-        if role.is_empty() || role.len() > MAX_SUBJECT || role.contains(',') {
+        if role.is_empty()
+            || role.len() > MAX_SUBJECT
+            || role.contains(',')
+            || role.chars().any(char::is_control)
+        {
             return Err(invalid(
                 "roles",
-                format!("a role is 1 to {MAX_SUBJECT} bytes without commas"),
+                format!("a role is 1 to {MAX_SUBJECT} bytes without commas or control characters"),
             ));
         }
         if !out.iter().any(|r| r == role) {
