@@ -23,7 +23,7 @@ on_both_backends!(
 
 /// `dlq_config` plus three transforms: one for `send_email`, one for
 /// another operation, one whose `test` never holds.
-fn fix_config(base: String) -> impl FnOnce(&mut Config) {
+pub(crate) fn fix_config(base: String) -> impl FnOnce(&mut Config) {
     move |config: &mut Config| {
         dlq_config(base)(config);
         let text = r#"
