@@ -14,7 +14,7 @@ use oncegate::deadletter::runner::ReplayRunner;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::deadletter_fix::fix_config;
+use crate::deadletter_fix::{correction_entry, fix_config};
 use crate::deadletters::{claim_commit, dead_letter_of, dispatch_until, dlq_config, get};
 use crate::harness::{eventually, on_both_backends, token, Backend, TestApp};
 use crate::target::{Behaviour, MockTarget};
@@ -80,26 +80,12 @@ async fn a_four_eyes_replay_needs_a_second_operator(backend: Backend) {
     assert_eq!(dry["summary"]["four_eyes"], json!(["send_email"]));
     let create =
         json!({ "selection": { "ids": [id] }, "reason": "address fixed", "rate_per_sec": 10 });
-    let (status, created) = app
-        .post("/v1/replay-jobs", Some(&app.operator), &create)
-        .await;
-    assert_eq!(status, 201, "{created}");
-    assert_eq!(
-        (created["state"].as_str(), created["four_eyes"].as_bool()),
-        (Some("stopped"), Some(true))
-    );
+    let created = create_waiting(&app, &create).await;
     let job = created["id"].as_str().unwrap().to_owned();
     let resume = format!("/v1/replay-jobs/{job}/resume");
 
     let shutdown = CancellationToken::new();
-    let runner = Arc::new(ReplayRunner::new(
-        app.state.replay.clone(),
-        &oncegate::deadletter::DeadLetterConfig {
-            job_poll_ms: 50,
-            ..Default::default()
-        },
-    ));
-    let replayer = tokio::spawn(runner.run(shutdown.clone()));
+    let replayer = tokio::spawn(runner(&app).run(shutdown.clone()));
     let (status, problem) = app.post(&resume, Some(&app.operator), &json!({})).await;
     assert_eq!(status, 403, "{problem}");
     assert_eq!(problem["type"], "urn:oncegate:problem:four-eyes");
@@ -169,6 +155,20 @@ async fn two_refused(backend: Backend) -> (MockTarget, TestApp, [String; 2], Vec
     (mock, app, [second, third], ids)
 }
 
+/// Creates a four-eyes job as the first operator: it waits, stopped.
+async fn create_waiting(app: &TestApp, create: &Value) -> Value {
+    let (status, created) = app
+        .post("/v1/replay-jobs", Some(&app.operator), create)
+        .await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(
+        (created["state"].as_str(), created["four_eyes"].as_bool()),
+        (Some("stopped"), Some(true))
+    );
+    created
+}
+
+/// A replay runner polling every 50 ms.
 fn runner(app: &TestApp) -> Arc<ReplayRunner> {
     Arc::new(ReplayRunner::new(
         app.state.replay.clone(),
@@ -212,14 +212,7 @@ async fn a_four_eyes_job_carries_its_fix_to_the_second_start(backend: Backend) {
 
     let create = json!({ "selection": { "ids": ids }, "reason": "address fixed by fix-to",
         "rate_per_sec": 10, "fix": { "transform": transform } });
-    let (status, created) = app
-        .post("/v1/replay-jobs", Some(&app.operator), &create)
-        .await;
-    assert_eq!(status, 201, "{created}");
-    assert_eq!(
-        (created["state"].as_str(), created["four_eyes"].as_bool()),
-        (Some("stopped"), Some(true))
-    );
+    let created = create_waiting(&app, &create).await;
     assert_eq!(
         created["fix"],
         json!({ "transform": "fix-to@2", "body_hash": null, "effect_id": null })
@@ -261,14 +254,7 @@ async fn a_four_eyes_job_carries_its_fix_to_the_second_start(backend: Backend) {
             [json!({ "to": "b@example.com" })],
             "{key}: the fixed body, once"
         );
-        let (_, after) = get(&app, &format!("/v1/dead-letters/{id}"), &app.operator).await;
-        let entry = after["timeline"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["detail"]["correction"].is_object())
-            .expect("the replay's audit entry")
-            .clone();
+        let entry = correction_entry(&app, id).await;
         let detail = &entry["detail"];
         assert_eq!(
             (
@@ -296,10 +282,7 @@ async fn start_as(app: &TestApp, resume: &str, who: &str) -> (u16, Value) {
 async fn the_creator_is_refused_and_a_late_starter_conflicts(backend: Backend) {
     let (_mock, app, [second, third], ids) = two_refused(backend).await;
     let create = json!({ "selection": { "ids": ids }, "reason": "retry", "rate_per_sec": 1 });
-    let (status, created) = app
-        .post("/v1/replay-jobs", Some(&app.operator), &create)
-        .await;
-    assert_eq!(status, 201, "{created}");
+    let created = create_waiting(&app, &create).await;
     let resume = format!("/v1/replay-jobs/{}/resume", created["id"].as_str().unwrap());
     // Three starts at once: the creator's is refused whatever the race
     // does, one other operator wins, the other is told it lost.
