@@ -170,6 +170,7 @@ pub async fn create(
         rate,
         actor: viewer.subject().to_owned(),
         via: Some("console"),
+        fix: None,
     };
     let created = app.bulk_replay().start(job).await?;
     Ok(viewer.see_other(&format!("/ui/replay-jobs/{}", created.id)))
