@@ -10,6 +10,7 @@ use crate::approval::pages::respond;
 use crate::deadletter::bulk::StartError;
 use crate::deadletter::plan::PlanError;
 use crate::deadletter::replay::ReplayError;
+use crate::ingress::ForwardError;
 use crate::ledger::storage::StoreError;
 
 /// A console failure.
@@ -47,6 +48,16 @@ impl UiError {
             Self::Refused(_) => StatusCode::CONFLICT,
             Self::Store(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
             Self::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl From<ForwardError> for UiError {
+    fn from(err: ForwardError) -> Self {
+        match err {
+            ForwardError::Store(e) => Self::Store(e),
+            ForwardError::NotFound(_) => Self::NotFound(err.to_string()),
+            other => Self::Refused(format!("{other}; nothing was changed")),
         }
     }
 }
