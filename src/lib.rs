@@ -60,6 +60,8 @@
 //! - [`config`]: the TOML file layered with `ONCEGATE_*` variables; each
 //!   section checks itself, and each part is handed only its own sections.
 //! - [`clock`]: injected time, so leases and expiry are tested by hand.
+//! - [`criteria`]: how the paged lists (dead letters, deliveries) read
+//!   their search text: blanks, page sizes, ages and times, the cursor.
 //! - [`chaos`]: named crash points the chaos tests kill the real binary
 //!   at (compiled in only with the cargo feature `chaos`).
 //!
@@ -107,6 +109,7 @@ pub mod chaos;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod criteria;
 pub mod db;
 pub mod deadletter;
 pub mod ingress;

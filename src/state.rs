@@ -145,6 +145,7 @@ impl Shared {
     pub fn delivery_actions(&self) -> crate::ingress::DeliveryActions<'_> {
         crate::ingress::DeliveryActions {
             sources: &self.sources,
+            logbook: &self.logbook,
             deliveries: self.store.as_ref(),
             events: self.store.as_ref(),
             wake: &self.wake,

@@ -22,6 +22,7 @@ mod dispatch;
 mod growth;
 mod load;
 mod pgbench;
+mod phases;
 mod proxy;
 mod redis;
 mod server;

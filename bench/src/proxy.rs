@@ -7,9 +7,7 @@
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{bail, Result};
 use bytes::Bytes;
@@ -19,6 +17,7 @@ use hyper::Request;
 
 use crate::db::Database;
 use crate::load::{self, Report, Workload};
+use crate::phases::PhaseArgs;
 use crate::server::{Server, ServerSpec, TOKEN};
 use crate::workloads::{key, Noop};
 
@@ -36,21 +35,9 @@ pub struct ProxyArgs {
     /// Connection counts.
     #[arg(long, value_delimiter = ',', default_value = "64")]
     pub connections: Vec<usize>,
-    /// Measured seconds per phase.
-    #[arg(long, default_value_t = 5.0)]
-    pub seconds: f64,
-    /// Warm-up seconds before each phase (not measured).
-    #[arg(long, default_value_t = 1.0)]
-    pub warmup: f64,
-    /// The `oncegate` binary (default: beside this one).
-    #[arg(long)]
-    pub server_bin: Option<PathBuf>,
-    /// PostgreSQL server (databases are created and dropped).
-    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
-    pub pg_url: String,
-    /// A fraction of a second per phase, checking answers only.
-    #[arg(long)]
-    pub smoke: bool,
+    /// Phase length, the server binary, PostgreSQL, smoke mode.
+    #[command(flatten)]
+    pub phase: PhaseArgs,
 }
 
 /// `POST /api/leads` straight to the upstream.
@@ -133,24 +120,17 @@ fn proxy_config(upstream: SocketAddr) -> String {
 
 /// Runs the phases and prints the report; fails when an answer was wrong.
 pub async fn run(mut args: ProxyArgs) -> Result<()> {
-    if args.smoke {
+    if args.phase.smoke {
         args.connections = vec![4];
-        args.seconds = 0.3;
-        args.warmup = 0.0;
+        args.phase.shorten();
     }
-    let bin = args
-        .server_bin
-        .clone()
-        .unwrap_or_else(crate::server::default_bin);
-    if !bin.exists() {
-        bail!("{} does not exist: build it first", bin.display());
-    }
+    let bin = args.phase.server_bin()?;
     let up = upstream().await?;
     let extra = proxy_config(up);
     let mut lines: Vec<(&'static str, &'static str, usize, Report)> = Vec::new();
     for backend in &args.backends {
         eprintln!("{backend}:");
-        let db = Database::create(backend, &args.pg_url, "proxy").await?;
+        let db = Database::create(backend, &args.phase.pg_url, "proxy").await?;
         let server = Server::start(&ServerSpec {
             bin: &bin,
             db_url: &db.url,
@@ -173,7 +153,7 @@ pub async fn run(mut args: ProxyArgs) -> Result<()> {
         .filter(|l| l.3.errors > 0)
         .map(|l| format!("{} {} at {}: {:?}", l.0, l.1, l.2, l.3.sample_error))
         .collect();
-    if args.smoke {
+    if args.phase.smoke {
         println!(
             "smoke: {} passed, {} failed",
             lines.len() - wrong.len(),
@@ -193,8 +173,7 @@ async fn phases(
     up: SocketAddr,
     c: usize,
 ) -> Result<Vec<(&'static str, Report)>> {
-    let warmup = Duration::from_secs_f64(args.warmup);
-    let window = Duration::from_secs_f64(args.seconds);
+    let (warmup, window) = (args.phase.warmup(), args.phase.window());
     let floor = load::run(server, Arc::new(Noop), c, warmup, window).await?;
     let direct = load::run(up, Arc::new(Direct), c, warmup, window).await?;
     let tag = format!("p{c}");

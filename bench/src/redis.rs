@@ -8,7 +8,7 @@
 //! storm of concurrent claims of one key (exactly one winner).
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,6 +17,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::db::Database;
 use crate::load::{self, Report, Workload};
+use crate::phases::PhaseArgs;
 use crate::server::{Server, ServerSpec};
 use crate::workloads::{self, DupClaims, NewClaims, Noop};
 
@@ -29,24 +30,12 @@ pub struct RedisArgs {
     /// SQL backends measured beside the Redis tier.
     #[arg(long, value_delimiter = ',', default_value = "sqlite")]
     pub sql: Vec<String>,
-    /// Measured seconds per phase.
-    #[arg(long, default_value_t = 5.0)]
-    pub seconds: f64,
-    /// Warm-up seconds before each phase (not measured).
-    #[arg(long, default_value_t = 1.0)]
-    pub warmup: f64,
     /// Concurrent claims of one key in the storm.
     #[arg(long, default_value_t = 1000)]
     pub storm: usize,
-    /// The `oncegate` binary (default: beside this one).
-    #[arg(long)]
-    pub server_bin: Option<PathBuf>,
-    /// PostgreSQL server, for `--sql postgres`.
-    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
-    pub pg_url: String,
-    /// A fraction of a second per phase, checking answers only.
-    #[arg(long)]
-    pub smoke: bool,
+    /// Phase length, the server binary, PostgreSQL, smoke mode.
+    #[command(flatten)]
+    pub phase: PhaseArgs,
 }
 
 /// A redis-server of the benchmark's own, killed on drop.
@@ -171,23 +160,16 @@ fn redis_tier_config(port: u16, storm: usize) -> String {
 /// Runs the phases and prints the report; fails when an answer was wrong
 /// or the storm did not have exactly one winner.
 pub async fn run(mut args: RedisArgs) -> Result<()> {
-    if args.smoke {
+    if args.phase.smoke {
         args.connections = vec![4];
-        args.seconds = 0.3;
-        args.warmup = 0.0;
+        args.phase.shorten();
         args.storm = args.storm.min(100);
     }
-    let bin = args
-        .server_bin
-        .clone()
-        .unwrap_or_else(crate::server::default_bin);
-    if !bin.exists() {
-        bail!("{} does not exist: build it first", bin.display());
-    }
+    let bin = args.phase.server_bin()?;
     let redis = OwnRedis::start()?;
     let mut lines = Vec::new();
     for &c in &args.connections {
-        let n = if args.smoke { 2_000 } else { 200_000 };
+        let n = if args.phase.smoke { 2_000 } else { 200_000 };
         let (rps, p50, p99) = redis_benchmark(redis.port, c, n)?;
         eprintln!("  redis-benchmark SET NX PX {c:>4} clients: {rps:>8.0}/s p50 {p50:.2} ms p99 {p99:.2} ms");
         lines.push(Line {
@@ -206,7 +188,7 @@ pub async fn run(mut args: RedisArgs) -> Result<()> {
     for tier in tiers {
         eprintln!("{tier} tier:");
         let backend: &str = if tier == "redis" { "sqlite" } else { &tier };
-        let db = Database::create(backend, &args.pg_url, "redis").await?;
+        let db = Database::create(backend, &args.phase.pg_url, "redis").await?;
         let extra = if tier == "redis" {
             redis_tier_config(redis.port, args.storm)
         } else {
@@ -229,7 +211,7 @@ pub async fn run(mut args: RedisArgs) -> Result<()> {
         db.drop_now().await?;
     }
     println!("{}", render(&lines, storm));
-    report(args.smoke, &lines, storm)
+    report(args.phase.smoke, &lines, storm)
 }
 
 /// The floor, new keys and duplicates at `c` connections.
@@ -240,8 +222,7 @@ async fn phases(
     c: usize,
     lines: &mut Vec<Line>,
 ) -> Result<()> {
-    let warmup = Duration::from_secs_f64(args.warmup);
-    let window = Duration::from_secs_f64(args.seconds);
+    let (warmup, window) = (args.phase.warmup(), args.phase.window());
     let floor = load::run(server.addr, Arc::new(Noop), c, warmup, window).await?;
     let tag = format!("{tier}{c}");
     let fresh: Arc<dyn Workload> = Arc::new(NewClaims { tag: tag.clone() });

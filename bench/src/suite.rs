@@ -4,12 +4,12 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{bail, Result};
 
 use crate::db::Database;
 use crate::load::{self, Report, Workload};
+use crate::phases::PhaseArgs;
 use crate::server::{Server, ServerSpec};
 use crate::workloads::{self, DupClaims, Hooks, NewClaims, Noop};
 use crate::{growth, pgbench};
@@ -23,12 +23,6 @@ pub struct SuiteArgs {
     /// Connection (and pgbench client) counts.
     #[arg(long, value_delimiter = ',', default_value = "1,8,32,64")]
     pub connections: Vec<usize>,
-    /// Measured seconds per phase.
-    #[arg(long, default_value_t = 5.0)]
-    pub seconds: f64,
-    /// Warm-up seconds before each phase (not measured).
-    #[arg(long, default_value_t = 1.0)]
-    pub warmup: f64,
     /// Concurrent deliveries of one key in the duplicate storm.
     #[arg(long, default_value_t = 1000)]
     pub storm: usize,
@@ -47,41 +41,26 @@ pub struct SuiteArgs {
     /// Extra `ONCEGATE_*=value` settings for the server (repeatable).
     #[arg(long = "server-env")]
     pub server_env: Vec<String>,
-    /// The `oncegate` binary (default: beside this one).
-    #[arg(long)]
-    pub server_bin: Option<PathBuf>,
     /// The pgbench binary.
     #[arg(long, default_value = "/usr/bin/pgbench")]
     pub pgbench: PathBuf,
-    /// PostgreSQL server (databases are created and dropped).
-    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
-    pub pg_url: String,
-    /// A few seconds of everything, asserting correctness only (for CI).
-    #[arg(long)]
-    pub smoke: bool,
     /// Only these load phases (`noop`, `new`, `dup`, `hook`), no storm,
     /// no growth, no pgbench: one path at a time, e.g. under a profiler.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
+    /// Phase length, the server binary, PostgreSQL, smoke mode.
+    #[command(flatten)]
+    pub phase: PhaseArgs,
 }
 
 impl SuiteArgs {
     fn smoke(&mut self) {
         self.connections = vec![4];
-        self.seconds = 0.3;
-        self.warmup = 0.0;
+        self.phase.shorten();
         self.storm = self.storm.min(200);
         self.growth = vec![1_000];
         self.with_10m = false;
         self.growth_connections = 4;
-    }
-
-    fn window(&self) -> Duration {
-        Duration::from_secs_f64(self.seconds)
-    }
-
-    fn warmup(&self) -> Duration {
-        Duration::from_secs_f64(self.warmup)
     }
 }
 
@@ -149,22 +128,13 @@ impl Findings {
 
 /// Runs the suite and prints its report; fails when an answer was wrong.
 pub async fn run(mut args: SuiteArgs) -> Result<()> {
-    if args.smoke {
+    if args.phase.smoke {
         args.smoke();
     }
     if args.with_10m && !args.growth.contains(&10_000_000) {
         args.growth.push(10_000_000);
     }
-    let bin = args
-        .server_bin
-        .clone()
-        .unwrap_or_else(crate::server::default_bin);
-    if !bin.exists() {
-        bail!(
-            "{} does not exist: build it first (`cargo build --release --workspace --bins`)",
-            bin.display()
-        );
-    }
+    let bin = args.phase.server_bin()?;
     let mut found = Findings::default();
     for backend in args.backends.clone() {
         eprintln!("{backend}:");
@@ -174,7 +144,7 @@ pub async fn run(mut args: SuiteArgs) -> Result<()> {
         }
     }
     println!("{}", render(&args, &found));
-    if args.smoke {
+    if args.phase.smoke {
         // Every measured phase and every storm is one correctness check.
         let checks = found.lines.len() + found.storms.len();
         let failed = found.failures.len();
@@ -195,7 +165,7 @@ async fn throughput_phases(
     backend: &str,
     found: &mut Findings,
 ) -> Result<()> {
-    let db = Database::create(backend, &args.pg_url, "main").await?;
+    let db = Database::create(backend, &args.phase.pg_url, "main").await?;
     let name = db.backend;
     let server = Server::start(&ServerSpec {
         bin,
@@ -205,7 +175,7 @@ async fn throughput_phases(
         extra_config: "",
     })?;
     let addr = server.addr;
-    let (warmup, window) = (args.warmup(), args.window());
+    let (warmup, window) = (args.phase.warmup(), args.phase.window());
     let runs = |phase: &str| args.only.is_empty() || args.only.iter().any(|p| p == phase);
     for &c in &args.connections {
         if runs("noop") {
@@ -261,8 +231,15 @@ async fn throughput_phases(
     if let Some(db_name) = db.pg_name() {
         if pgbench::available(&args.pgbench) {
             for &c in &args.connections {
-                pgbench::wait_for_slots(&args.pg_url, c).await?;
-                let raw = pgbench::run(&args.pgbench, &args.pg_url, db_name, c, warmup, window)?;
+                pgbench::wait_for_slots(&args.phase.pg_url, c).await?;
+                let raw = pgbench::run(
+                    &args.pgbench,
+                    &args.phase.pg_url,
+                    db_name,
+                    c,
+                    warmup,
+                    window,
+                )?;
                 found.push(name, "raw pgbench", c, raw);
             }
         } else {
@@ -338,7 +315,7 @@ async fn growth_phases(
     found: &mut Findings,
 ) -> Result<()> {
     for &rows in &args.growth {
-        let db = Database::create(backend, &args.pg_url, &format!("g{rows}")).await?;
+        let db = Database::create(backend, &args.phase.pg_url, &format!("g{rows}")).await?;
         let server = Server::start(&ServerSpec {
             bin,
             db_url: &db.url,
@@ -351,7 +328,14 @@ async fn growth_phases(
         let work = Arc::new(NewClaims {
             tag: format!("g{rows}"),
         });
-        let report = load::run(server.addr, work, c, args.warmup(), args.window()).await?;
+        let report = load::run(
+            server.addr,
+            work,
+            c,
+            args.phase.warmup(),
+            args.phase.window(),
+        )
+        .await?;
         found.push(
             db.backend,
             &format!("claim @ {} rows", human(rows)),
@@ -420,7 +404,7 @@ fn render(args: &SuiteArgs, found: &Findings) -> String {
     for (what, kib) in &found.rss {
         let _ = writeln!(out, "| {what} | {:.1} MiB |", *kib as f64 / 1024.0);
     }
-    if args.smoke {
+    if args.phase.smoke {
         out.push_str("\nsmoke run: answers checked; these figures are not measurements\n");
     } else {
         out.push_str(&crate::targets::render(args, found));

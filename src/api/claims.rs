@@ -189,10 +189,9 @@ impl ClaimBody {
 pub(super) async fn claim(
     State(app): State<AppState>,
     caller: Caller,
-    correlation: Option<axum::Extension<CorrelationId>>,
+    correlation: Option<CorrelationId>,
     ApiJson(body): ApiJson<ClaimBody>,
 ) -> Result<Response> {
-    let correlation = correlation.map(|axum::Extension(c)| c);
     let req = body.into_request(&caller, &app, correlation)?;
     record_run(req.namespace.as_str(), req.key.as_str(), None);
     let claimed = app.ledger().claim(&req).await?;

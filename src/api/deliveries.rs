@@ -5,7 +5,7 @@
 //! redeliver (an event that reached its workflow, as a new run).
 
 use crate::api::PathId;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{middleware, Json, Router};
 use serde::{Deserialize, Serialize};
@@ -18,8 +18,8 @@ use super::error::{ApiError, Result};
 use super::runs::{RunRef, RunView};
 use super::{ApiJson, Caller};
 use crate::clock::to_datetime;
-use crate::ingress::log::Cursor;
-use crate::ingress::{DeliveryCriteria, DeliveryEntry, ForwardError, Refused};
+use crate::criteria::Cursor;
+use crate::ingress::{DeliveryCriteria, DeliveryEntry, ForwardAsk, Refused};
 use crate::state::AppState;
 use crate::tokens::Principal;
 
@@ -144,28 +144,13 @@ fn reach(app: &AppState, caller: &Principal, source: Option<&str>) -> Result<()>
 pub(super) async fn list(
     State(app): State<AppState>,
     caller: Caller,
-    query: std::result::Result<Query<DeliveryCriteria>, axum::extract::rejection::QueryRejection>,
+    crate::api::ApiQuery(criteria): crate::api::ApiQuery<DeliveryCriteria>,
 ) -> Result<Json<DeliveryPage>> {
-    let Query(criteria) = query.map_err(|e| ApiError::Invalid {
-        field: None,
-        detail: e.body_text(),
-    })?;
-    let filter = criteria
-        .into_filter(app.clock.now_ms())
-        .map_err(|e| ApiError::invalid(e.field, e.problem))?;
+    let filter = criteria.into_filter(app.clock.now_ms())?;
     reach(&app, &caller, filter.source.as_deref())?;
     app.logbook.flush().await;
     let found = app.store.deliveries(&filter).await?;
-    let next_cursor = (found.len() as i64 == filter.limit)
-        .then(|| found.last())
-        .flatten()
-        .map(|e| {
-            Cursor {
-                received_at: e.received_at,
-                id: e.id.clone(),
-            }
-            .encode()
-        });
+    let next_cursor = Cursor::after_full(&found, filter.limit, |e| (e.received_at, &e.id));
     let items = found.into_iter().map(DeliveryView::from).collect();
     Ok(Json(DeliveryPage { items, next_cursor }))
 }
@@ -249,12 +234,8 @@ impl From<Refused> for RefusedView {
 pub(super) async fn refused(
     State(app): State<AppState>,
     caller: Caller,
-    query: std::result::Result<Query<RefusedQuery>, axum::extract::rejection::QueryRejection>,
+    crate::api::ApiQuery(q): crate::api::ApiQuery<RefusedQuery>,
 ) -> Result<Json<Vec<RefusedView>>> {
-    let Query(q) = query.map_err(|e| ApiError::Invalid {
-        field: None,
-        detail: e.body_text(),
-    })?;
     let limit = q.limit.unwrap_or(50);
     if !(1..=500).contains(&limit) {
         return Err(ApiError::invalid("limit", "must be between 1 and 500"));
@@ -282,59 +263,24 @@ pub struct ForwardResponse {
     pub delivery: DeliveryView,
 }
 
-/// Maps a refused forward to its problem.
-pub(crate) fn forward_error(err: ForwardError) -> ApiError {
-    let detail = err.to_string();
-    let slug = match err {
-        ForwardError::NotFound(_) => return ApiError::NotFound(detail),
-        ForwardError::Store(e) => return e.into(),
-        ForwardError::NotDuplicateOf { .. } => "not-duplicate-of",
-        ForwardError::AlreadyForwarded { .. } => "already-forwarded",
-        ForwardError::NotRedeliverable { .. } => "not-redeliverable",
-        ForwardError::BodyUnavailable(_) => "body-unavailable",
-        ForwardError::SourceGone(_) => "source-gone",
-        ForwardError::KeyTaken { .. } => "key-taken",
-        ForwardError::Changed(_) => "delivery-changed",
-        ForwardError::Unusable(_) => "key-unusable",
-    };
-    ApiError::Refused {
-        slug,
-        detail,
-        state: None,
-    }
-}
-
 async fn forwarded(
     app: &AppState,
     caller: &Principal,
     id: String,
     body: ForwardBody,
-    anyway: bool,
+    ask: ForwardAsk,
 ) -> Result<Json<ForwardResponse>> {
     let reason = required_text("reason", body.reason, 2_000)?;
-    app.logbook.flush().await;
-    let entry = app
-        .store
-        .delivery(&id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("no delivery {id:?} in the log")))?;
-    reach(app, caller, Some(&entry.source))?;
-    let actions = app.delivery_actions();
     let actor = caller.subject.as_str();
-    let run = if anyway {
-        actions.forward_anyway(&id, actor, &reason).await
-    } else {
-        actions.redeliver(&id, actor, &reason).await
-    }
-    .map_err(forward_error)?;
-    let after = app
-        .store
-        .delivery(&id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("no delivery {id:?} in the log")))?;
+    let done = app
+        .delivery_actions()
+        .forward(&id, ask, actor, &reason, |entry| {
+            reach(app, caller, Some(&entry.source))
+        })
+        .await?;
     Ok(Json(ForwardResponse {
-        run: run.into(),
-        delivery: after.into(),
+        run: done.run.into(),
+        delivery: done.entry.into(),
     }))
 }
 
@@ -357,7 +303,7 @@ pub(super) async fn forward(
     PathId(id): PathId,
     ApiJson(body): ApiJson<ForwardBody>,
 ) -> Result<Json<ForwardResponse>> {
-    forwarded(&app, &caller, id, body, true).await
+    forwarded(&app, &caller, id, body, ForwardAsk::Anyway).await
 }
 
 /// Redelivers a stored event to its workflow: a new run
@@ -379,5 +325,5 @@ pub(super) async fn redeliver(
     PathId(id): PathId,
     ApiJson(body): ApiJson<ForwardBody>,
 ) -> Result<Json<ForwardResponse>> {
-    forwarded(&app, &caller, id, body, false).await
+    forwarded(&app, &caller, id, body, ForwardAsk::Redeliver).await
 }

@@ -1,7 +1,7 @@
 //! The outbox over HTTP: the owner's commit, the effects of a run, cancel.
 
 use crate::api::PathId;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{middleware, Json, Router};
 use serde::{Deserialize, Serialize};
@@ -198,9 +198,9 @@ impl From<Effect> for EffectView {
 pub(super) async fn list(
     State(app): State<AppState>,
     caller: Caller,
-    query: std::result::Result<Query<RunRef>, axum::extract::rejection::QueryRejection>,
+    crate::api::ApiQuery(query): crate::api::ApiQuery<RunRef>,
 ) -> Result<Json<Vec<EffectView>>> {
-    let (namespace, key) = RunRef::parse(query, &app, &caller)?;
+    let (namespace, key) = query.parse(&app, &caller)?;
     access::sql_tier(&app, &namespace, "effects")?;
     let effects = app.outbox().effects(&namespace, &key).await?;
     Ok(Json(

@@ -39,7 +39,7 @@ pub(crate) fn router() -> Router<AppState> {
 pub(crate) async fn receive(
     State(app): State<AppState>,
     PathId(name): PathId,
-    correlation: Option<axum::Extension<CorrelationId>>,
+    correlation: Option<CorrelationId>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -61,7 +61,7 @@ pub(crate) async fn receive(
     let delivery = Delivery {
         headers: &headers,
         body: &body,
-        correlation_id: correlation.as_ref().map(|axum::Extension(c)| c.0.as_str()),
+        correlation_id: correlation.as_ref().map(|c| c.0.as_str()),
     };
     let answer = match intake.accept(&name, delivery).await {
         Ok(answer) => answer,

@@ -63,9 +63,33 @@ impl From<crate::ledger::service::LedgerError> for ApiError {
     }
 }
 
-impl From<crate::deadletter::filter::FilterError> for ApiError {
-    fn from(err: crate::deadletter::filter::FilterError) -> Self {
+impl From<crate::criteria::FilterError> for ApiError {
+    fn from(err: crate::criteria::FilterError) -> Self {
         Self::invalid(err.field, err.problem)
+    }
+}
+
+impl From<crate::ingress::ForwardError> for ApiError {
+    fn from(err: crate::ingress::ForwardError) -> Self {
+        use crate::ingress::ForwardError as E;
+        let detail = err.to_string();
+        let slug = match err {
+            E::NotFound(_) => return Self::NotFound(detail),
+            E::Store(e) => return e.into(),
+            E::NotDuplicateOf { .. } => "not-duplicate-of",
+            E::AlreadyForwarded { .. } => "already-forwarded",
+            E::NotRedeliverable { .. } => "not-redeliverable",
+            E::BodyUnavailable(_) => "body-unavailable",
+            E::SourceGone(_) => "source-gone",
+            E::KeyTaken { .. } => "key-taken",
+            E::Changed(_) => "delivery-changed",
+            E::Unusable(_) => "key-unusable",
+        };
+        Self::Refused {
+            slug,
+            detail,
+            state: None,
+        }
     }
 }
 

@@ -61,7 +61,7 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
 pub(super) async fn forward(
     State(app): State<AppState>,
     caller: Caller,
-    correlation: Option<axum::Extension<CorrelationId>>,
+    correlation: Option<CorrelationId>,
     req: Request,
 ) -> Result<Response> {
     let (parts, body) = req.into_parts();
@@ -88,7 +88,7 @@ pub(super) async fn forward(
     };
     let who = crate::proxy::Caller {
         subject: caller.subject.clone(),
-        correlation_id: correlation.map(|axum::Extension(c)| c.0),
+        correlation_id: correlation.map(|c| c.0),
     };
     // The forward runs on its own task: a caller that hangs up (or the
     // request timeout) never cuts a forward off before its outcome is

@@ -4,7 +4,7 @@
 //! compare-and-set decides. A lease that lost the run gets 409 with the
 //! run's current state, and the caller must not act.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{middleware, Json, Router};
 use serde::{Deserialize, Serialize};
@@ -56,17 +56,13 @@ impl RunRef {
     /// [`ApiError::Invalid`]; [`ApiError::NamespaceRefused`] when
     /// `caller`'s namespaces do not reach the run's.
     pub(super) fn parse(
-        query: std::result::Result<Query<RunRef>, axum::extract::rejection::QueryRejection>,
+        self,
         app: &AppState,
         caller: &Principal,
     ) -> Result<(Namespace, IdempotencyKey)> {
-        let Query(q) = query.map_err(|e| ApiError::Invalid {
-            field: None,
-            detail: e.body_text(),
-        })?;
         Ok((
-            access::namespace(app, caller, q.namespace, Access::Read)?,
-            IdempotencyKey::parse(q.key)?,
+            access::namespace(app, caller, self.namespace, Access::Read)?,
+            IdempotencyKey::parse(self.key)?,
         ))
     }
 }
@@ -381,9 +377,9 @@ impl From<Run> for RunView {
 pub(super) async fn get_run(
     State(app): State<AppState>,
     caller: Caller,
-    query: std::result::Result<Query<RunRef>, axum::extract::rejection::QueryRejection>,
+    crate::api::ApiQuery(query): crate::api::ApiQuery<RunRef>,
 ) -> Result<Json<RunView>> {
-    let (namespace, key) = RunRef::parse(query, &app, &caller)?;
+    let (namespace, key) = query.parse(&app, &caller)?;
     let run = app.ledger().run(&namespace, &key).await?.ok_or_else(|| {
         ApiError::NotFound(format!("no run with key {key} in namespace {namespace}"))
     })?;

@@ -26,9 +26,21 @@ pub const CORRELATION_HEADER: &str = "x-correlation-id";
 /// Longest correlation id taken from a caller.
 const MAX_CORRELATION_LEN: usize = 128;
 
-/// The request's correlation id, as an extension for handlers.
+/// The request's correlation id, as an extension for handlers, which
+/// take it as `Option<CorrelationId>` (absent outside the telemetry layer).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CorrelationId(pub String);
+
+impl<S: Send + Sync> axum::extract::OptionalFromRequestParts<S> for CorrelationId {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Option<Self>, Self::Rejection> {
+        Ok(parts.extensions.get::<Self>().cloned())
+    }
+}
 
 /// The caller's correlation id when it is 1–128 visible ASCII characters
 /// (so it cannot forge log lines), else a fresh UUIDv7.

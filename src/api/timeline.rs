@@ -5,7 +5,7 @@
 //! actor), which model drafted (recorded outputs with provider, model and
 //! revision), and every raw event with its hash-chain status.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::routing::get;
 use axum::{middleware, Json, Router};
 
@@ -36,9 +36,9 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
 pub(super) async fn timeline(
     State(app): State<AppState>,
     caller: super::Caller,
-    query: std::result::Result<Query<RunRef>, axum::extract::rejection::QueryRejection>,
+    crate::api::ApiQuery(query): crate::api::ApiQuery<RunRef>,
 ) -> Result<Json<Timeline>> {
-    let (namespace, key) = RunRef::parse(query, &app, &caller)?;
+    let (namespace, key) = query.parse(&app, &caller)?;
     super::access::sql_tier(&app, &namespace, "audit timelines")?;
     crate::audit::timeline::load(app.store.as_ref(), &namespace, &key)
         .await?

@@ -166,7 +166,12 @@ pub fn output_schemas(
             (None, None) => return Err(format!("{at}: no schema")),
         };
         schemas
-            .insert(&op.name, &schema, output.max_repairs)
+            .insert(
+                &op.name,
+                &schema,
+                output.max_repairs,
+                output.keep_fields.clone(),
+            )
             .map_err(|e| format!("{at}: {e}"))?;
     }
     Ok(schemas)

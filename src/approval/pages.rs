@@ -63,26 +63,21 @@ pub fn with_cookie(mut response: Response, cookie: Option<HeaderValue>) -> Respo
 pub fn respond(status: StatusCode, page: Markup) -> Response {
     let mut response = (status, axum::response::Html(page.into_string())).into_response();
     let h = response.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(POLICY),
-    );
+    for (name, value) in PAGE_HEADERS {
+        h.insert(name, HeaderValue::from_static(value));
+    }
     response
 }
+
+/// The headers of [`respond`].
+const PAGE_HEADERS: [(header::HeaderName, &str); 6] = [
+    (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+    (header::CACHE_CONTROL, "no-store"),
+    (header::REFERRER_POLICY, "no-referrer"),
+    (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+    (header::X_FRAME_OPTIONS, "DENY"),
+    (header::CONTENT_SECURITY_POLICY, POLICY),
+];
 
 /// The sign-in form.
 pub fn login(next: &str, error: Option<&str>) -> Markup {

@@ -243,6 +243,9 @@ pub struct OutputContract {
     /// rules may not read them.
     #[serde(default)]
     pub confidence_fields: Vec<String>,
+    /// Minimisation (DESIGN.md §6): the only output fields kept; empty keeps all.
+    #[serde(default)]
+    pub keep_fields: Vec<String>,
 }
 
 fn default_repairs() -> u32 {
@@ -272,6 +275,8 @@ pub fn validate(
                 "give exactly one of `schema` (inline) or `schema_file`".into(),
             ));
         }
+        crate::validate::check_keep_form(&out.keep_fields)
+            .map_err(|(i, why)| (format!("{at}.output.keep_fields[{i}]"), why))?;
     }
     let Some(exception) = exception else {
         return Ok(());
@@ -298,6 +303,10 @@ pub fn validate(
     for (i, rule) in exception.rules.iter().enumerate() {
         let rat = format!("{at}.exception.rules[{i}]");
         rule.validate(&rat)?;
+        if !crate::validate::keeps(&out.keep_fields, &rule.pointer) {
+            let why = "reads a field output.keep_fields drops: keep it, or the rule never holds";
+            return Err((format!("{rat}.pointer"), why.into()));
+        }
         let reads_confidence = confidence.iter().any(|c| {
             rule.pointer == *c
                 || rule.pointer.starts_with(&format!("{c}/"))
@@ -353,6 +362,7 @@ mod tests {
             schema_file: None,
             max_repairs: 2,
             confidence_fields: vec!["/scores".into()],
+            keep_fields: vec![],
         };
         let err = validate(
             "op",

@@ -77,6 +77,31 @@ pub struct AuditEntry {
 }
 
 impl AuditEntry {
+    /// An entry that moves no run (a system event, a note on a key): no
+    /// states before or after, no version.
+    pub fn unmoved(
+        namespace: &str,
+        key: &str,
+        seq: i64,
+        kind: &str,
+        actor: &str,
+        detail: Value,
+        created_at: Millis,
+    ) -> Self {
+        Self {
+            namespace: namespace.into(),
+            key: key.into(),
+            seq,
+            kind: kind.into(),
+            actor: actor.into(),
+            from_state: None,
+            to_state: None,
+            version: None,
+            detail,
+            created_at,
+        }
+    }
+
     /// The hash of this entry chained onto `prev_hash` (None for the first).
     pub fn chain_hash(&self, prev_hash: Option<&str>) -> String {
         let body = json!({

@@ -115,26 +115,7 @@ pub enum DlqCommand {
         reason: String,
     },
     /// Bulk replay: a dry run by default; --execute starts a rate-limited job.
-    Bulk {
-        /// Dead letter ids (repeatable); or use the filters.
-        #[arg(long = "id")]
-        ids: Vec<String>,
-        /// Filters, frozen into ids when the job is created.
-        #[command(flatten)]
-        filter: FilterArgs,
-        /// Why (required with --execute).
-        #[arg(long)]
-        reason: Option<String>,
-        /// Create and start the job (after showing the dry run).
-        #[arg(long)]
-        execute: bool,
-        /// Items per second (required with --execute).
-        #[arg(long)]
-        rate: Option<i64>,
-        /// Return once the job is created instead of showing its progress.
-        #[arg(long)]
-        no_wait: bool,
-    },
+    Bulk(super::dlq_jobs::BulkArgs),
     /// Bulk replay jobs.
     Jobs {
         /// The jobs command.
@@ -268,27 +249,8 @@ pub async fn run(args: DlqArgs, config: &Config) -> Result<()> {
             let body = json!({ "key": key, "reason": reason });
             act(&client, &id, "replace", &body, json_out).await?
         }
-        DlqCommand::Bulk {
-            ids,
-            filter,
-            reason,
-            execute,
-            rate,
-            no_wait,
-        } => {
-            return super::dlq_jobs::bulk(
-                &client,
-                super::dlq_jobs::BulkArgs {
-                    ids,
-                    filter,
-                    reason,
-                    execute,
-                    rate,
-                    no_wait,
-                    json: json_out,
-                },
-            )
-            .await;
+        DlqCommand::Bulk(args) => {
+            return super::dlq_jobs::bulk(&client, args, json_out).await;
         }
         DlqCommand::Jobs { command } => {
             return super::dlq_jobs::run(&client, command, json_out).await

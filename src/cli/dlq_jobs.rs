@@ -149,17 +149,34 @@ pub(super) async fn watch(client: &Client, id: &str) -> Result<()> {
     Ok(())
 }
 
-pub(super) struct BulkArgs {
-    pub(super) ids: Vec<String>,
-    pub(super) filter: FilterArgs,
-    pub(super) reason: Option<String>,
-    pub(super) execute: bool,
-    pub(super) rate: Option<i64>,
-    pub(super) no_wait: bool,
-    pub(super) json: bool,
+/// `oncegate dlq bulk`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct BulkArgs {
+    /// Dead letter ids (repeatable); or use the filters.
+    #[arg(long = "id")]
+    ids: Vec<String>,
+    /// Filters, frozen into ids when the job is created.
+    #[command(flatten)]
+    filter: FilterArgs,
+    /// Why (required with --execute).
+    #[arg(long)]
+    reason: Option<String>,
+    /// Create and start the job (after showing the dry run).
+    #[arg(long)]
+    execute: bool,
+    /// Items per second (required with --execute).
+    #[arg(long)]
+    rate: Option<i64>,
+    /// Return once the job is created instead of showing its progress.
+    #[arg(long)]
+    no_wait: bool,
 }
 
-pub(super) async fn bulk(client: &Client, b: BulkArgs) -> Result<()> {
+/// Runs `dlq bulk`: the dry run, then (with --execute) the job.
+///
+/// # Errors
+/// A bad selection, or the server could not be reached or refused it.
+pub(super) async fn bulk(client: &Client, b: BulkArgs, json_out: bool) -> Result<()> {
     let criteria = filter_query(&b.filter);
     let selection = match (b.ids.is_empty(), criteria.is_empty()) {
         (false, true) => json!({ "ids": b.ids }),
@@ -173,7 +190,7 @@ pub(super) async fn bulk(client: &Client, b: BulkArgs) -> Result<()> {
             &json!({ "selection": selection }),
         )
         .await?;
-    if b.json && !b.execute {
+    if json_out && !b.execute {
         println!("{}", serde_json::to_string_pretty(&dry)?);
         return Ok(());
     }

@@ -215,3 +215,50 @@ fn an_upper_case_https_base_is_https() {
     assert!(!local.server.is_https());
     assert!(!load_text("", &[]).unwrap().server.is_https());
 }
+
+#[test]
+fn output_keep_fields_must_name_fields_the_schema_declares() {
+    let op = |keep: &str, rules: &str| {
+        format!(
+            "[[operations]]\nname = \"reply\"\ngate = \"approve_by_exception\"\n\
+             [operations.output]\nkeep_fields = [{keep}]\n\
+             [operations.output.schema]\ntype = \"object\"\n\
+             [operations.output.schema.properties.subject]\ntype = \"string\"\n\
+             [operations.output.schema.properties.amount]\ntype = \"number\"\n\
+             [operations.exception]\nsample_rate = 0.1\n\
+             [[operations.exception.rules]]\npointer = \"{rules}\"\nop = \"lte\"\nvalue = 5\n"
+        )
+    };
+    let config = load_text(&op("\"/subject\", \"/amount\"", "/amount"), &[]).unwrap();
+    let schemas = crate::approval::operation::output_schemas(&config.operations).unwrap();
+    let kept = schemas
+        .contract("reply")
+        .unwrap()
+        .minimise(serde_json::json!({ "subject": "s", "amount": 1, "note": "n" }));
+    assert_eq!(kept, serde_json::json!({ "subject": "s", "amount": 1 }));
+
+    for (keep, field) in [
+        ("\"\"", "operations[0].output.keep_fields[0]:"),
+        (
+            "\"/subject\", \"amount\"",
+            "operations[0].output.keep_fields[1]:",
+        ),
+    ] {
+        let err = load_text(&op(keep, "/amount"), &[]).unwrap_err();
+        assert!(err.to_string().starts_with(field), "{keep}: {err}");
+    }
+    let err = load_text(&op("\"/subject\"", "/amount"), &[]).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("operations[0].exception.rules[0].pointer:")
+            && err.to_string().contains("keep_fields drops"),
+        "{err}"
+    );
+    let unknown = load_text(&op("\"/amount\", \"/signature\"", "/amount"), &[]).unwrap();
+    let err = crate::approval::operation::output_schemas(&unknown.operations).unwrap_err();
+    assert!(
+        err.starts_with("operations[0].output: keep_fields[1]:")
+            && err.contains("declares no property \"signature\""),
+        "{err}"
+    );
+}

@@ -5,6 +5,7 @@
 
 use serde_json::{json, Value};
 
+use super::fix::{plan_fix, Fix};
 use super::plan::{BulkReplay, PlanError, Selection};
 use super::{DeadLetterConfig, NewReplayJob, ReplayJob};
 use crate::ledger::storage::StoreError;
@@ -54,6 +55,10 @@ pub struct StartJob {
     pub actor: String,
     /// Where it was started from, recorded with the selection (`console`).
     pub via: Option<&'static str>,
+    /// Replay after a fix: the correction every item's replay sends (a
+    /// transform for any selection; a whole body or a named effect for
+    /// one dead letter only).
+    pub fix: Option<Fix>,
 }
 
 /// Why a job was not started; nothing was created.
@@ -90,6 +95,9 @@ impl BulkReplay<'_> {
     pub async fn start(&self, job: StartJob) -> Result<ReplayJob, StartError> {
         let ids = self.freeze(&job.selection).await?;
         let summary = self.plan(&ids).await?;
+        if let Some(fix) = &job.fix {
+            self.check_fix(&ids, fix).await?;
+        }
         let new = NewReplayJob {
             id: uuid::Uuid::now_v7().to_string(),
             created_by: job.actor,
@@ -100,11 +108,39 @@ impl BulkReplay<'_> {
             summary: serde_json::to_value(&summary).unwrap_or_default(),
             four_eyes: !summary.four_eyes.is_empty(),
             dead_letter_ids: ids,
+            fix: job.fix,
         };
         let created = self.store.create_replay_job(&new).await?;
         tracing::info!(job = %created.id, items = created.progress.total, rate = created.rate_per_sec,
             by = %created.created_by, via = job.via.unwrap_or("api"), "replay job created");
         Ok(created)
+    }
+
+    /// Refuses a fix that cannot be made for every item now (the job plans
+    /// it again for each item when it reaches it), and a whole body or a
+    /// named effect for more than one dead letter.
+    async fn check_fix(&self, ids: &[String], fix: &Fix) -> Result<(), PlanError> {
+        if fix.is_for_one() && ids.len() != 1 {
+            let field = if fix.effect_id.is_some() {
+                "fix.effect_id"
+            } else {
+                "fix.body"
+            };
+            return Err(PlanError::Invalid {
+                field,
+                problem: format!(
+                    "a whole corrected body or a named effect corrects one dead letter, and the \
+                     selection holds {}: select one, or correct them by a declared transform",
+                    ids.len()
+                ),
+            });
+        }
+        for id in ids {
+            plan_fix(self.store, &self.config.transforms, id, fix)
+                .await
+                .map_err(PlanError::Replay)?;
+        }
+        Ok(())
     }
 }
 

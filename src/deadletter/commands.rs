@@ -40,6 +40,9 @@ pub struct JobItemRef {
     pub owner: String,
     /// The lease is extended by this much, in milliseconds.
     pub lease_ms: i64,
+    /// The second operator who started the job (four eyes), audited with
+    /// the replay beside its creator.
+    pub started_by: Option<String>,
 }
 
 /// `replay`: the same effects under the same idempotency keys.

@@ -5,52 +5,19 @@
 //! carries the query's OpenAPI parameters); the bulk replay's selection
 //! filter builds one too (see [`super::plan`]).
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
 use super::DeadLetterClass;
 use crate::clock::Millis;
+use crate::criteria::{filled, limit};
+pub use crate::criteria::{parse_age, Cursor, FilterError, DEFAULT_LIMIT, MAX_LIMIT};
 use crate::ledger::{InvalidId, Namespace, RunState};
-
-/// Page size when none is given.
-pub const DEFAULT_LIMIT: i64 = 50;
-/// The largest page.
-pub const MAX_LIMIT: i64 = 500;
-
-/// A criterion that does not parse; `field` names it as the API does.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{problem}")]
-pub struct FilterError {
-    /// The parameter at fault (`class`, `older_than`, `cursor`, …).
-    pub field: &'static str,
-    /// What is wrong with it.
-    pub problem: String,
-}
-
-impl FilterError {
-    fn new(field: &'static str, problem: impl Into<String>) -> Self {
-        Self {
-            field,
-            problem: problem.into(),
-        }
-    }
-}
 
 impl From<InvalidId> for FilterError {
     fn from(err: InvalidId) -> Self {
         Self::new(err.field, err.to_string())
     }
-}
-
-/// Parses an age such as `90s`, `15m`, `2h` or `7d` into milliseconds.
-///
-/// # Errors
-/// [`FilterError`] naming `field`.
-pub fn parse_age(field: &'static str, text: &str) -> Result<Millis, FilterError> {
-    crate::clock::parse_duration_ms(text)
-        .ok_or_else(|| FilterError::new(field, "an age is a number and a unit: 90s, 15m, 2h or 7d"))
 }
 
 /// The list's criteria as given, each optional text (`None`, or blank as
@@ -88,7 +55,6 @@ impl Criteria {
 
     /// These criteria with blank text taken as absent and the rest trimmed.
     fn filled(self) -> Self {
-        let filled = |v: Option<String>| v.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
         Self {
             class: filled(self.class),
             namespace: filled(self.namespace),
@@ -103,13 +69,7 @@ impl Criteria {
 
     /// The store filter once every blank text is taken out.
     fn checked(self, now: Millis) -> Result<DeadLetterFilter, FilterError> {
-        let limit = self.limit.unwrap_or(DEFAULT_LIMIT);
-        if !(1..=MAX_LIMIT).contains(&limit) {
-            return Err(FilterError::new(
-                "limit",
-                format!("must be between 1 and {MAX_LIMIT}"),
-            ));
-        }
+        let limit = limit(self.limit)?;
         let resolved = match self.resolved.as_deref() {
             None | Some("false") => Some(false),
             Some("true") => Some(true),
@@ -137,47 +97,8 @@ impl Criteria {
             resolved,
             created_before: age("older_than", self.older_than)?,
             created_after: age("newer_than", self.newer_than)?,
-            after: self
-                .cursor
-                .map(|c| Cursor::decode(&c))
-                .transpose()
-                .map_err(|e| FilterError::new("cursor", e))?,
+            after: self.cursor.map(|c| Cursor::decode(&c)).transpose()?,
             limit,
-        })
-    }
-}
-
-/// Where a page of the list ends: the last record's creation time and id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cursor {
-    /// `created_at` of the last record shown.
-    pub created_at: Millis,
-    /// Its id (ties on `created_at` are ordered by id).
-    pub id: String,
-}
-
-impl Cursor {
-    /// The opaque form handed to clients.
-    pub fn encode(&self) -> String {
-        URL_SAFE_NO_PAD.encode(format!("{}:{}", self.created_at, self.id))
-    }
-
-    /// Parses a cursor a client handed back.
-    ///
-    /// # Errors
-    /// A message when it is not one this service made.
-    pub fn decode(text: &str) -> Result<Self, String> {
-        let bad = || "the cursor is not one this service returned".to_owned();
-        let raw = URL_SAFE_NO_PAD.decode(text).map_err(|_| bad())?;
-        let raw = String::from_utf8(raw).map_err(|_| bad())?;
-        let (at, id) = raw.split_once(':').ok_or_else(bad)?;
-        let created_at = at.parse().map_err(|_| bad())?;
-        if id.is_empty() || id.len() > 64 {
-            return Err(bad());
-        }
-        Ok(Self {
-            created_at,
-            id: id.to_owned(),
         })
     }
 }
@@ -206,18 +127,6 @@ pub struct DeadLetterFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cursors_round_trip_and_refuse_junk() {
-        let c = Cursor {
-            created_at: 1_700_000_000_000,
-            id: "0190-abc".into(),
-        };
-        assert_eq!(Cursor::decode(&c.encode()).unwrap(), c);
-        assert!(Cursor::decode("not base64!").is_err());
-        assert!(Cursor::decode(&URL_SAFE_NO_PAD.encode("x:y")).is_err());
-        assert!(Cursor::decode(&URL_SAFE_NO_PAD.encode("12:")).is_err());
-    }
 
     #[test]
     fn criteria_check_each_parameter_and_take_blanks_as_absent() {
@@ -254,15 +163,5 @@ mod tests {
                 .as_deref(),
             Some("crm")
         );
-    }
-
-    #[test]
-    fn ages_parse_with_units_only() {
-        assert_eq!(parse_age("a", "90s").unwrap(), 90_000);
-        assert_eq!(parse_age("a", "2h").unwrap(), 7_200_000);
-        assert_eq!(parse_age("a", "7d").unwrap(), 7 * 86_400_000);
-        for bad in ["", "h", "10", "5w", "-1h", "1.5h"] {
-            assert!(parse_age("a", bad).is_err(), "{bad}");
-        }
     }
 }

@@ -13,6 +13,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::fix::Fix;
 use crate::clock::Millis;
 
 /// Where a job is.
@@ -131,6 +132,8 @@ pub struct NewReplayJob {
     /// It replays an operation listed in `dead_letters.four_eyes`: it is
     /// created stopped, and only another operator may start it.
     pub four_eyes: bool,
+    /// Replay after a fix: the correction each item's replay sends.
+    pub fix: Option<Fix>,
 }
 
 /// Counts of a job's items.
@@ -181,6 +184,35 @@ pub struct ReplayJob {
     pub four_eyes: bool,
     /// The second operator who started a four-eyes job.
     pub started_by: Option<String>,
+    /// Replay after a fix: the correction each item's replay sends.
+    pub fix: Option<Fix>,
+}
+
+/// Where a job's fix is kept: beside the recorded selection, in the same
+/// JSON column (no schema change), under this key.
+const FIX_KEY: &str = "fix";
+
+/// The selection column's value: the recorded selection with the job's
+/// fix beside it.
+pub fn stored_selection(selection: &Value, fix: Option<&Fix>) -> Value {
+    let mut stored = selection.clone();
+    if let (Some(fix), Some(map)) = (fix, stored.as_object_mut()) {
+        map.insert(FIX_KEY.into(), fix.to_record());
+    }
+    stored
+}
+
+/// The selection column's value read back: the recorded selection and
+/// the job's fix.
+///
+/// # Errors
+/// Why the stored fix cannot be read.
+pub fn split_selection(mut stored: Value) -> Result<(Value, Option<Fix>), String> {
+    let fix = match stored.as_object_mut().and_then(|m| m.remove(FIX_KEY)) {
+        Some(record) => Some(Fix::from_record(&record)?),
+        None => None,
+    };
+    Ok((stored, fix))
 }
 
 /// One item of a job.

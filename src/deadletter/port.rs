@@ -102,7 +102,8 @@ pub trait JobStore: Send + Sync + std::fmt::Debug {
     async fn replay_job_items(&self, id: &str, after_seq: i64, limit: i64) -> Result<Vec<JobItem>>;
 
     /// Stops (`running → stopped`, dropping its lease) or resumes
-    /// (`stopped → running`) a job; the job afterwards, `None` if unknown.
+    /// (`stopped → running`; a four-eyes job never by its creator) a job;
+    /// the job afterwards and whether this call moved it, `None` if unknown.
     ///
     /// # Errors
     /// On database failure.
@@ -111,7 +112,7 @@ pub trait JobStore: Send + Sync + std::fmt::Debug {
         id: &str,
         stop: bool,
         actor: &str,
-    ) -> Result<Option<ReplayJob>>;
+    ) -> Result<Option<(ReplayJob, bool)>>;
 
     /// Leases the oldest running job whose lease is free or expired.
     ///

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::commands::{ActionOutcome, JobItemRef, ReplayCommand};
+use super::fix::replay_fixed;
 use super::jobs::{JobItem, ReplayJob};
 use super::replay::{replay_one, ReplayContext, ReplayError};
 use super::{DeadLetterConfig, Refusal};
@@ -124,6 +125,7 @@ impl ReplayRunner {
             seq: item.seq,
             owner: self.owner.clone(),
             lease_ms: self.lease_ms,
+            started_by: job.started_by.clone(),
         };
         let cmd = ReplayCommand {
             id: item.dead_letter_id.clone(),
@@ -135,7 +137,13 @@ impl ReplayRunner {
             release: false,
             correction: None,
         };
-        let refused = match replay_one(&self.ctx, cmd).await {
+        // A job with a fix sends it with every item (planned now, against
+        // the body as it is when the item is worked).
+        let replayed = match &job.fix {
+            Some(fix) => replay_fixed(&self.ctx, cmd, fix).await,
+            None => replay_one(&self.ctx, cmd).await,
+        };
+        let refused = match replayed {
             Ok(ActionOutcome::Refused(Refusal::JobNotRunning)) => return Ok(Next::Halt),
             Ok(_) => return Ok(Next::Continue),
             Err(ReplayError::Store(err)) => return Err(err),

@@ -6,67 +6,12 @@
 use std::fmt;
 use std::str::FromStr;
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
 use crate::clock::Millis;
-
-/// Page size when none is given.
-pub const DEFAULT_LIMIT: i64 = 50;
-/// The largest page.
-pub const MAX_LIMIT: i64 = 500;
-
-/// A search criterion that does not parse; `field` names it as the API does.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{problem}")]
-pub struct FilterError {
-    /// The parameter at fault.
-    pub field: &'static str,
-    /// What is wrong with it.
-    pub problem: String,
-}
-
-impl FilterError {
-    fn new(field: &'static str, problem: impl Into<String>) -> Self {
-        Self {
-            field,
-            problem: problem.into(),
-        }
-    }
-}
-
-/// Where a page of the log ends: the last entry's arrival and id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cursor {
-    /// `received_at` of the last entry shown.
-    pub received_at: Millis,
-    /// Its id (ties are ordered by id).
-    pub id: String,
-}
-
-impl Cursor {
-    /// The opaque form handed to clients.
-    pub fn encode(&self) -> String {
-        URL_SAFE_NO_PAD.encode(format!("{}:{}", self.received_at, self.id))
-    }
-
-    fn decode(text: &str) -> Result<Self, FilterError> {
-        let bad = || FilterError::new("cursor", "the cursor is not one this service returned");
-        let raw = URL_SAFE_NO_PAD.decode(text).map_err(|_| bad())?;
-        let raw = String::from_utf8(raw).map_err(|_| bad())?;
-        let (at, id) = raw.split_once(':').ok_or_else(bad)?;
-        let received_at = at.parse().map_err(|_| bad())?;
-        if id.is_empty() || id.len() > 64 {
-            return Err(bad());
-        }
-        Ok(Self {
-            received_at,
-            id: id.to_owned(),
-        })
-    }
-}
+use crate::criteria::{filled, instant, limit};
+pub use crate::criteria::{Cursor, FilterError, DEFAULT_LIMIT, MAX_LIMIT};
 
 /// What one delivery came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -246,14 +191,7 @@ impl DeliveryCriteria {
     /// # Errors
     /// [`FilterError`] naming the bad criterion.
     pub fn into_filter(self, now: Millis) -> Result<DeliveryFilter, FilterError> {
-        let filled = |v: Option<String>| v.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
-        let limit = self.limit.unwrap_or(DEFAULT_LIMIT);
-        if !(1..=MAX_LIMIT).contains(&limit) {
-            return Err(FilterError::new(
-                "limit",
-                format!("must be between 1 and {MAX_LIMIT}"),
-            ));
-        }
+        let limit = limit(self.limit)?;
         let text = |field: &'static str, v: Option<String>| {
             filled(v)
                 .map(|v| {
@@ -287,16 +225,6 @@ impl DeliveryCriteria {
             limit,
         })
     }
-}
-
-/// An RFC 3339 time, or an age counted back from `now`.
-fn instant(field: &'static str, text: &str, now: Millis) -> Result<Millis, FilterError> {
-    if let Ok(at) = chrono::DateTime::parse_from_rfc3339(text) {
-        return Ok(at.timestamp_millis());
-    }
-    crate::clock::parse_duration_ms(text)
-        .map(|age| now - age)
-        .ok_or_else(|| FilterError::new(field, "a time is RFC 3339 or an age: 90s, 15m, 2h or 7d"))
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ pub use self::log::{DeliveryCriteria, DeliveryEntry, DeliveryFilter, DeliveryOut
 pub use accept::{AcceptError, Answer, Delivery, Intake, FORWARD_OPERATION};
 pub use event::{RawEvent, RawStatus};
 pub use logbook::Logbook;
-pub use operator::{DeliveryActions, ForwardError};
+pub use operator::{DeliveryActions, ForwardAsk, ForwardDone, ForwardError};
 pub use prepared::{PreparedSource, Sources};
 pub use refused::{Refused, RefusedRing};
 pub use source::{ConflictPolicy, InFlightPolicy, KeyTemplate, Locator, SchemeName, SourceConfig};

@@ -3,13 +3,15 @@
 //! its own event id, never again), and **redeliver** an event that reached
 //! its workflow (each time a new run, `<event id>~redelivery-<n>`). Both
 //! are audited on the new run and noted on the run they link to; the API
-//! and the console call these and map [`ForwardError`].
+//! and the console call [`DeliveryActions::forward`] and map
+//! [`ForwardError`].
 
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
 use super::delivery::forward_effect;
 use super::log::{DeliveryEntry, DeliveryOutcome};
+use super::logbook::Logbook;
 use super::port::{DeliveryStore, IngressStore};
 use super::prepared::Sources;
 use super::{RawEvent, FORWARD_OPERATION};
@@ -17,7 +19,25 @@ use crate::ledger::storage::StoreError;
 use crate::ledger::{ClaimRequest, IdempotencyKey, Namespace, PayloadHash, Run, RunMetadata};
 use crate::outbox::{default_idempotency_key, NewEffect};
 
-/// Which forward an operator asked for.
+/// Which forward an operator asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForwardAsk {
+    /// Forward a `duplicate_of` delivery anyway, once.
+    Anyway,
+    /// Send an event that reached its workflow again, as a new run.
+    Redeliver,
+}
+
+/// What an operator's forward made: the new run, and the entry after it.
+#[derive(Debug, Clone)]
+pub struct ForwardDone {
+    /// The new run (approved, its forward queued).
+    pub run: Run,
+    /// The log entry after the forward.
+    pub entry: DeliveryEntry,
+}
+
+/// Which forward the store makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ForwardKind {
     /// A `duplicate_of` delivery forwarded as the run of its own event id.
@@ -120,12 +140,15 @@ pub enum ForwardError {
     Store(#[from] StoreError),
 }
 
-/// What an operator's forward needs: the prepared sources, the storage,
-/// the dispatcher's wake-up, and the lease new runs are claimed with.
+/// What an operator's forward needs: the prepared sources, the log's
+/// buffer and storage, the dispatcher's wake-up, and the lease new runs
+/// are claimed with.
 #[derive(Debug, Clone, Copy)]
 pub struct DeliveryActions<'a> {
     /// The configured sources (the forward's target and path).
     pub sources: &'a Sources,
+    /// The log's buffer, flushed first so the entry is there to read.
+    pub logbook: &'a Logbook,
     /// The log.
     pub deliveries: &'a dyn DeliveryStore,
     /// The raw events.
@@ -137,17 +160,37 @@ pub struct DeliveryActions<'a> {
 }
 
 impl DeliveryActions<'_> {
-    /// Forwards a `duplicate_of` delivery as the run of its own event id.
+    /// The operator `actor`'s forward of entry `id` for `reason`, once
+    /// `reach` (the caller's say over the entry's source) lets it through.
     ///
     /// # Errors
-    /// [`ForwardError`]; nothing changed.
-    pub async fn forward_anyway(
+    /// What `reach` refuses with, or a [`ForwardError`]; nothing changed.
+    pub async fn forward<E: From<ForwardError>>(
         &self,
         id: &str,
+        ask: ForwardAsk,
+        actor: &str,
+        reason: &str,
+        reach: impl FnOnce(&DeliveryEntry) -> Result<(), E>,
+    ) -> Result<ForwardDone, E> {
+        self.logbook.flush().await;
+        let entry = self.entry(id).await?;
+        reach(&entry)?;
+        let run = match ask {
+            ForwardAsk::Anyway => self.forward_anyway(entry, actor, reason).await,
+            ForwardAsk::Redeliver => self.redeliver(entry, actor, reason).await,
+        }?;
+        let entry = self.entry(id).await?;
+        Ok(ForwardDone { run, entry })
+    }
+
+    /// Forwards a `duplicate_of` delivery as the run of its own event id.
+    async fn forward_anyway(
+        &self,
+        entry: DeliveryEntry,
         actor: &str,
         reason: &str,
     ) -> Result<Run, ForwardError> {
-        let entry = self.entry(id).await?;
         if entry.outcome != DeliveryOutcome::DuplicateOf {
             return Err(ForwardError::NotDuplicateOf {
                 id: entry.id,
@@ -170,16 +213,12 @@ impl DeliveryActions<'_> {
     }
 
     /// Forwards a stored event to its workflow again, as a new run.
-    ///
-    /// # Errors
-    /// [`ForwardError`]; nothing changed.
-    pub async fn redeliver(
+    async fn redeliver(
         &self,
-        id: &str,
+        entry: DeliveryEntry,
         actor: &str,
         reason: &str,
     ) -> Result<Run, ForwardError> {
-        let entry = self.entry(id).await?;
         let reached = match entry.outcome {
             DeliveryOutcome::Accepted => true,
             DeliveryOutcome::DuplicateOf => entry.forwarded.is_some(),

@@ -141,9 +141,14 @@ fn substitute(template: &str, values: [&str; 2]) -> String {
 /// Percent-encodes every byte outside RFC 3986's unreserved set
 /// (`A-Z a-z 0-9 - . _ ~`).
 pub fn encode(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for b in value.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+    percent_encode(value, |b| b.is_ascii_alphanumeric() || b"-._~".contains(&b))
+}
+
+/// Writes every byte of `text` that `keep` refuses as `%XX`.
+pub fn percent_encode(text: &str, keep: impl Fn(u8) -> bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if keep(b) {
             out.push(char::from(b));
         } else {
             out.push_str(&format!("%{b:02X}"));

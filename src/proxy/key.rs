@@ -124,15 +124,7 @@ fn parse_sf_string(field: &str) -> Result<String, BadKey> {
 /// `text` with every byte outside visible ASCII, and each of `also`,
 /// written `%XX`.
 fn encode(text: &str, also: &[u8]) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_graphic() && !also.contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    crate::outbox::egress::percent_encode(text, |b| b.is_ascii_graphic() && !also.contains(&b))
 }
 
 #[cfg(test)]

@@ -11,9 +11,10 @@ use maud::{html, Markup};
 use serde::Deserialize;
 
 use super::error::{Result, UiError};
+use super::form::{required, Card, ReasonForm};
 use super::frame::{at, badge, json_block, or_dash, run_link, Nav};
+use super::purpose;
 use super::session::Operator;
-use super::{purpose, text_field};
 use crate::clock::Millis;
 use crate::deadletter::replay::{replay_one, ReplayError};
 use crate::deadletter::request::as_sent;
@@ -91,70 +92,58 @@ fn flash(done: &Done) -> Markup {
 
 fn commands(viewer: &Operator, dl: &DeadLetter) -> Markup {
     let replayable = dl.class.stops_run() && dl.current_state == Some(RunState::DeadLettered);
+    let page = format!("/ui/dead-letters/{}", dl.id);
+    let card = |action, id, title, note, text, button, danger| Card {
+        page: &page,
+        object: &dl.id,
+        action,
+        id,
+        title,
+        note,
+        text,
+        button,
+        danger,
+    };
     if replayable && dl.namespace.starts_with(crate::proxy::NAMESPACE_PREFIX) {
-        return proxy_commands(viewer, dl);
+        // An unknown key of the Idempotency-Key proxy: the operator checked
+        // the upstream and says whether the request happened (docs/proxy.md).
+        let found = card("resolve", "found", "Found upstream",
+            "The upstream carried the request out: the key closes and is never forwarded again (resolved as compensated).",
+            ("note", "What you found (required)"), "Found: close the key", true);
+        let absent = card("release", "absent", "Not found upstream",
+            "The upstream has no trace of it: the key is released, and the next request with it is forwarded.",
+            ("reason", "What you checked (required)"), "Not found: forward on the next request", false);
+        return html! { div.charts {
+            (found.render(viewer, html! { input type="hidden" name="resolution" value="compensated"; }))
+            (absent.render(viewer, html! {}))
+        } };
     }
+    let replay = card("replay", "replay", "Replay",
+        "Sends the same effects again under the same idempotency keys (a gated operation asks for a new approval first). Recorded with your name and reason.",
+        ("reason", "Reason (required)"), "Replay", false);
+    let release = card("release", "release", "Release",
+        "Gives a run that queued no effect back to the workflow: the run goes to failed_retryable with its reclaim budget restarted, and the next claim of the key re-runs it. A run with effects is refused; replay it instead.",
+        ("reason", "Reason (required)"), "Release", false);
+    let resolve = card(
+        "resolve",
+        "resolve",
+        "Resolve",
+        "Closes it for good: the run ends failed_terminal and nothing more is sent.",
+        ("note", "Note (required)"),
+        "Resolve",
+        true,
+    );
     html! {
         div.charts {
-            @if replayable {
-                form.card.stack method="post" action={ "/ui/dead-letters/" (dl.id) "/replay" } aria-labelledby="replay-h" {
-                    h2 #replay-h { "Replay" }
-                    p.note { "Sends the same effects again under the same idempotency keys (a gated operation asks for a new approval first). Recorded with your name and reason." }
-                    input type="hidden" name="csrf" value=(viewer.csrf(&purpose("replay", &dl.id)));
-                    label for="replay-reason" { "Reason (required)" }
-                    textarea #replay-reason name="reason" required maxlength="2000" {}
-                    button.good type="submit" { "Replay" }
-                }
-            }
-            @if replayable && releasable(dl.class) {
-                form.card.stack method="post" action={ "/ui/dead-letters/" (dl.id) "/release" } aria-labelledby="release-h" {
-                    h2 #release-h { "Release" }
-                    p.note { "Gives a run that queued no effect back to the workflow: the run goes to failed_retryable with its reclaim budget restarted, and the next claim of the key re-runs it. A run with effects is refused; replay it instead." }
-                    input type="hidden" name="csrf" value=(viewer.csrf(&purpose("release", &dl.id)));
-                    label for="release-reason" { "Reason (required)" }
-                    textarea #release-reason name="reason" required maxlength="2000" {}
-                    button.good type="submit" { "Release" }
-                }
-            }
-            form.card.stack method="post" action={ "/ui/dead-letters/" (dl.id) "/resolve" } aria-labelledby="resolve-h" {
-                h2 #resolve-h { "Resolve" }
-                p.note { "Closes it for good: the run ends failed_terminal and nothing more is sent." }
-                input type="hidden" name="csrf" value=(viewer.csrf(&purpose("resolve", &dl.id)));
+            @if replayable { (replay.render(viewer, html! {})) }
+            @if replayable && releasable(dl.class) { (release.render(viewer, html! {})) }
+            (resolve.render(viewer, html! {
                 fieldset {
                     legend { "Resolution" }
                     label { input type="radio" name="resolution" value="reject" checked; " reject (nothing more is done)" }
                     label { input type="radio" name="resolution" value="compensated"; " compensated (handled by hand)" }
                 }
-                label for="resolve-note" { "Note (required)" }
-                textarea #resolve-note name="note" required maxlength="2000" {}
-                button.danger type="submit" { "Resolve" }
-            }
-        }
-    }
-}
-
-/// An unknown key of the Idempotency-Key proxy: the operator checked the
-/// upstream and says whether the request happened (docs/proxy.md).
-fn proxy_commands(viewer: &Operator, dl: &DeadLetter) -> Markup {
-    html! {
-        div.charts {
-            form.card.stack method="post" action={ "/ui/dead-letters/" (dl.id) "/resolve" } aria-labelledby="found-h" {
-                h2 #found-h { "Found upstream" }
-                p.note { "The upstream carried the request out: the key closes and is never forwarded again (resolved as compensated)." }
-                input type="hidden" name="csrf" value=(viewer.csrf(&purpose("resolve", &dl.id)));
-                input type="hidden" name="resolution" value="compensated";
-                label for="found-note" { "What you found (required)" }
-                textarea #found-note name="note" required maxlength="2000" {}
-                button.danger type="submit" { "Found: close the key" }
-            }
-            form.card.stack method="post" action={ "/ui/dead-letters/" (dl.id) "/release" } aria-labelledby="absent-h" {
-                h2 #absent-h { "Not found upstream" }
-                p.note { "The upstream has no trace of it: the key is released, and the next request with it is forwarded." }
-                input type="hidden" name="csrf" value=(viewer.csrf(&purpose("release", &dl.id)));
-                label for="absent-reason" { "What you checked (required)" }
-                textarea #absent-reason name="reason" required maxlength="2000" {}
-                button.good type="submit" { "Not found: forward on the next request" }
-            }
+            }))
         }
     }
 }
@@ -237,13 +226,6 @@ fn evidence(dl: &DeadLetter, now: Millis, targets: &[TargetConfig]) -> Markup {
     }
 }
 
-/// The replay form.
-#[derive(Debug, Deserialize)]
-pub struct ReplayForm {
-    csrf: Option<String>,
-    reason: Option<String>,
-}
-
 /// Replays the record; `303` back to it.
 ///
 /// # Errors
@@ -252,12 +234,9 @@ pub async fn replay(
     State(app): State<AppState>,
     viewer: Operator,
     Path(id): Path<String>,
-    Form(form): Form<ReplayForm>,
+    Form(form): Form<ReasonForm>,
 ) -> Result<Response> {
-    viewer.check_csrf(&purpose("replay", &id), form.csrf.as_deref())?;
-    let reason = text_field("reason", form.reason, 2_000)?.ok_or_else(|| {
-        UiError::Invalid("a reason is required: say why it is safe to replay".into())
-    })?;
+    let reason = form.reason(&viewer, "replay", &id, "say why it is safe to replay")?;
     let (run_state, effects) = run_replay(&app, &viewer, &id, reason, false).await?;
     tracing::info!(dead_letter = %id, actor = viewer.subject(), effects, "dead letter replayed from the console");
     let code = if run_state == Some(RunState::AwaitingHuman) {
@@ -279,11 +258,9 @@ pub async fn release(
     State(app): State<AppState>,
     viewer: Operator,
     Path(id): Path<String>,
-    Form(form): Form<ReplayForm>,
+    Form(form): Form<ReasonForm>,
 ) -> Result<Response> {
-    viewer.check_csrf(&purpose("release", &id), form.csrf.as_deref())?;
-    let reason = text_field("reason", form.reason, 2_000)?
-        .ok_or_else(|| UiError::Invalid("a reason is required: say why".into()))?;
+    let reason = form.reason(&viewer, "release", &id, "say why")?;
     run_replay(&app, &viewer, &id, reason, true).await?;
     tracing::info!(dead_letter = %id, actor = viewer.subject(), "dead letter released from the console");
     Ok(viewer.see_other(&format!("/ui/dead-letters/{id}?done=released")))
@@ -343,8 +320,7 @@ pub async fn resolve(
         Some("compensated") => Resolution::Compensated,
         _ => return Err(UiError::Invalid("choose reject or compensated".into())),
     };
-    let note = text_field("note", form.note, 2_000)?
-        .ok_or_else(|| UiError::Invalid("a note is required: say why".into()))?;
+    let note = required("note", form.note, "say why")?;
     let cmd = ResolveCommand {
         id: id.clone(),
         resolution,

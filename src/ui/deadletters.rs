@@ -8,6 +8,7 @@ use axum::response::Response;
 use maud::{html, Markup};
 
 use super::error::Result;
+use super::form;
 use super::frame::{at, badge, or_dash, run_link, Nav};
 use super::session::Operator;
 use crate::clock::Millis;
@@ -21,19 +22,13 @@ const PAGE: i64 = 50;
 
 /// These filters as a query string (without the status and the cursor).
 fn filter_query(q: &Criteria) -> String {
-    let mut out = url::form_urlencoded::Serializer::new(String::new());
-    for (name, value) in [
+    form::filter_query(&[
         ("class", &q.class),
         ("namespace", &q.namespace),
         ("state", &q.state),
         ("older_than", &q.older_than),
         ("newer_than", &q.newer_than),
-    ] {
-        if let Some(v) = value.as_deref().map(str::trim).filter(|v| !v.is_empty()) {
-            out.append_pair(name, v);
-        }
-    }
-    out.finish()
+    ])
 }
 
 /// The list.
@@ -65,36 +60,22 @@ pub async fn show(
 }
 
 fn filters(q: &Criteria) -> Markup {
-    let v = |x: &Option<String>| x.clone().unwrap_or_default();
     let resolved = q.resolved.as_deref().unwrap_or("false");
+    let classes = DeadLetterClass::ALL.iter().map(|c| c.as_str());
+    let states = RunState::ALL.iter().map(|s| s.as_str());
     html! {
         form.filters method="get" action="/ui/dead-letters" role="search" aria-label="Filter dead letters" {
-            div.field { label for="f-class" { "Class" }
-                select #f-class name="class" {
-                    option value="" { "any" }
-                    @for c in DeadLetterClass::ALL {
-                        option value=(c.as_str()) selected[q.class.as_deref() == Some(c.as_str())] { (c.as_str()) }
-                    }
-                } }
-            div.field { label for="f-ns" { "Namespace" }
-                input #f-ns type="text" name="namespace" value=(v(&q.namespace)); }
-            div.field { label for="f-state" { "Run state now" }
-                select #f-state name="state" {
-                    option value="" { "any" }
-                    @for s in RunState::ALL {
-                        option value=(s.as_str()) selected[q.state.as_deref() == Some(s.as_str())] { (s.as_str()) }
-                    }
-                } }
+            (form::choice("f-class", "class", "Class", &q.class, classes))
+            (form::text_box("f-ns", "namespace", "Namespace", &q.namespace, None))
+            (form::choice("f-state", "state", "Run state now", &q.state, states))
             div.field { label for="f-resolved" { "Status" }
                 select #f-resolved name="resolved" {
                     option value="false" selected[resolved == "false"] { "open" }
                     option value="true" selected[resolved == "true"] { "resolved" }
                     option value="any" selected[resolved == "any"] { "both" }
                 } }
-            div.field { label for="f-older" { "Older than (e.g. 2h)" }
-                input #f-older type="text" name="older_than" value=(v(&q.older_than)) placeholder="90s, 15m, 2h, 7d"; }
-            div.field { label for="f-newer" { "Newer than" }
-                input #f-newer type="text" name="newer_than" value=(v(&q.newer_than)) placeholder="7d"; }
+            (form::text_box("f-older", "older_than", "Older than (e.g. 2h)", &q.older_than, Some("90s, 15m, 2h, 7d")))
+            (form::text_box("f-newer", "newer_than", "Newer than", &q.newer_than, Some("7d")))
             div { button type="submit" { "Filter" } }
         }
     }
@@ -125,12 +106,9 @@ fn list(q: &Criteria, found: &[DeadLetter], now: Millis) -> Markup {
                 p.note { "A dry run shows what would happen and changes nothing; the job starts only after you confirm it." }
             }
         }
-        @if found.len() as i64 == PAGE {
-            @if let Some(last) = found.last() {
-                @let cursor = Cursor { created_at: last.created_at, id: last.id.clone() }.encode();
-                p.pager { a.button.secondary rel="next" href={ "/ui/dead-letters?" (filter)
-                    @if !filter.is_empty() { "&" } "resolved=" (q.resolved.as_deref().unwrap_or("false")) "&cursor=" (cursor) } { "Next page" } }
-            }
+        @if let Some(cursor) = Cursor::after_full(found, PAGE, |d| (d.created_at, &d.id)) {
+            p.pager { a.button.secondary rel="next" href={ "/ui/dead-letters?" (filter)
+                @if !filter.is_empty() { "&" } "resolved=" (q.resolved.as_deref().unwrap_or("false")) "&cursor=" (cursor) } { "Next page" } }
         }
     }
 }

@@ -14,12 +14,13 @@ use maud::{html, Markup};
 use serde::Deserialize;
 
 use super::error::{Result, UiError};
+use super::form::{self, ReasonForm};
 use super::frame::{at, badge, or_dash, run_link, Nav};
+use super::purpose;
 use super::session::Operator;
-use super::{purpose, text_field};
 use crate::clock::Millis;
-use crate::ingress::log::Cursor;
-use crate::ingress::{DeliveryCriteria, DeliveryEntry, DeliveryOutcome, ForwardError, Refused};
+use crate::criteria::Cursor;
+use crate::ingress::{DeliveryCriteria, DeliveryEntry, DeliveryOutcome, ForwardAsk, Refused};
 use crate::state::AppState;
 
 /// Entries per page.
@@ -40,19 +41,13 @@ pub struct LogQuery {
 
 /// These criteria as a query string (without the cursor).
 fn filter_query(q: &DeliveryCriteria) -> String {
-    let mut out = url::form_urlencoded::Serializer::new(String::new());
-    for (name, value) in [
+    form::filter_query(&[
         ("source", &q.source),
         ("event_id", &q.event_id),
         ("outcome", &q.outcome),
         ("since", &q.since),
         ("until", &q.until),
-    ] {
-        if let Some(v) = value.as_deref().map(str::trim).filter(|v| !v.is_empty()) {
-            out.append_pair(name, v);
-        }
-    }
-    out.finish()
+    ])
 }
 
 /// The log.
@@ -74,13 +69,8 @@ pub async fn show(
         Ok(filter) => (Some(app.store.deliveries(&filter).await?), None),
         Err(e) => (None, Some(e.to_string())),
     };
-    let source = q
-        .criteria
-        .source
-        .as_deref()
-        .map(str::trim)
-        .filter(|s| !s.is_empty());
-    let refused = app.refused.latest(source, REFUSED_SHOWN);
+    let source = crate::criteria::filled(q.criteria.source.clone());
+    let refused = app.refused.latest(source.as_deref(), REFUSED_SHOWN);
     let body = html! {
         h1 { "Deliveries" }
         p.note { "Every request to /hooks with what it came to. A duplicate_of event (another run holds its business key) is kept here and forwarded only if you say so." }
@@ -107,24 +97,17 @@ fn flash(q: &LogQuery) -> Markup {
 }
 
 fn filters(q: &DeliveryCriteria) -> Markup {
-    let v = |x: &Option<String>| x.clone().unwrap_or_default();
+    let outcomes = DeliveryOutcome::ALL
+        .iter()
+        .filter(|o| o.is_verified())
+        .map(|o| o.as_str());
     html! {
         form.filters method="get" action="/ui/deliveries" role="search" aria-label="Search deliveries" {
-            div.field { label for="f-source" { "Source" }
-                input #f-source type="text" name="source" value=(v(&q.source)); }
-            div.field { label for="f-event" { "Event id" }
-                input #f-event type="text" name="event_id" value=(v(&q.event_id)); }
-            div.field { label for="f-outcome" { "Outcome" }
-                select #f-outcome name="outcome" {
-                    option value="" { "any" }
-                    @for o in DeliveryOutcome::ALL.iter().filter(|o| o.is_verified()) {
-                        option value=(o.as_str()) selected[q.outcome.as_deref() == Some(o.as_str())] { (o.as_str()) }
-                    }
-                } }
-            div.field { label for="f-since" { "Since (RFC 3339 or 2h)" }
-                input #f-since type="text" name="since" value=(v(&q.since)) placeholder="2h"; }
-            div.field { label for="f-until" { "Until" }
-                input #f-until type="text" name="until" value=(v(&q.until)) placeholder="2026-01-31T12:00:00Z"; }
+            (form::text_box("f-source", "source", "Source", &q.source, None))
+            (form::text_box("f-event", "event_id", "Event id", &q.event_id, None))
+            (form::choice("f-outcome", "outcome", "Outcome", &q.outcome, outcomes))
+            (form::text_box("f-since", "since", "Since (RFC 3339 or 2h)", &q.since, Some("2h")))
+            (form::text_box("f-until", "until", "Until", &q.until, Some("2026-01-31T12:00:00Z")))
             div { button type="submit" { "Search" } }
         }
     }
@@ -146,12 +129,9 @@ fn list(viewer: &Operator, q: &DeliveryCriteria, found: &[DeliveryEntry], now: M
                 tbody { @for e in found { (row(viewer, e, now)) } }
             } }
         }
-        @if found.len() as i64 == PAGE {
-            @if let Some(last) = found.last() {
-                @let cursor = Cursor { received_at: last.received_at, id: last.id.clone() }.encode();
-                p.pager { a.button.secondary rel="next" href={ "/ui/deliveries?" (filter)
-                    @if !filter.is_empty() { "&" } "cursor=" (cursor) } { "Next page" } }
-            }
+        @if let Some(cursor) = Cursor::after_full(found, PAGE, |e| (e.received_at, &e.id)) {
+            p.pager { a.button.secondary rel="next" href={ "/ui/deliveries?" (filter)
+                @if !filter.is_empty() { "&" } "cursor=" (cursor) } { "Next page" } }
         }
     }
 }
@@ -223,13 +203,6 @@ fn refusals(refused: &[Refused], now: Millis) -> Markup {
     }
 }
 
-/// The forward and redeliver forms.
-#[derive(Debug, Deserialize)]
-pub struct ForwardForm {
-    csrf: Option<String>,
-    reason: Option<String>,
-}
-
 /// Forwards a `duplicate_of` delivery anyway; `303` back to the log.
 ///
 /// # Errors
@@ -239,9 +212,9 @@ pub async fn forward(
     State(app): State<AppState>,
     viewer: Operator,
     Path(id): Path<String>,
-    Form(form): Form<ForwardForm>,
+    Form(form): Form<ReasonForm>,
 ) -> Result<Response> {
-    run(&app, &viewer, &id, form, true).await
+    run(&app, &viewer, &id, form, ForwardAsk::Anyway).await
 }
 
 /// Redelivers a stored event to its workflow; `303` back to the log.
@@ -252,37 +225,30 @@ pub async fn redeliver(
     State(app): State<AppState>,
     viewer: Operator,
     Path(id): Path<String>,
-    Form(form): Form<ForwardForm>,
+    Form(form): Form<ReasonForm>,
 ) -> Result<Response> {
-    run(&app, &viewer, &id, form, false).await
+    run(&app, &viewer, &id, form, ForwardAsk::Redeliver).await
 }
 
 async fn run(
     app: &AppState,
     viewer: &Operator,
     id: &str,
-    form: ForwardForm,
-    anyway: bool,
+    form: ReasonForm,
+    ask: ForwardAsk,
 ) -> Result<Response> {
-    let action = if anyway { "forward" } else { "redeliver" };
-    viewer.check_csrf(&purpose(action, id), form.csrf.as_deref())?;
-    let reason = text_field("reason", form.reason, 2_000)?
-        .ok_or_else(|| UiError::Invalid("a reason is required: say why".into()))?;
-    app.logbook.flush().await;
-    let actions = app.delivery_actions();
-    let actor = viewer.subject();
-    let done = if anyway {
-        actions.forward_anyway(id, actor, &reason).await
-    } else {
-        actions.redeliver(id, actor, &reason).await
+    let (action, done) = match ask {
+        ForwardAsk::Anyway => ("forward", "forwarded"),
+        ForwardAsk::Redeliver => ("redeliver", "redelivered"),
     };
-    let run = done.map_err(|e| match e {
-        ForwardError::Store(e) => UiError::Store(e),
-        ForwardError::NotFound(_) => UiError::NotFound(e.to_string()),
-        other => UiError::Refused(format!("{other}; nothing was changed")),
-    })?;
+    let reason = form.reason(viewer, action, id, "say why")?;
+    let actor = viewer.subject();
+    let run = app
+        .delivery_actions()
+        .forward(id, ask, actor, &reason, |_| Ok::<_, UiError>(()))
+        .await?
+        .run;
     tracing::info!(delivery = %id, actor, action, "delivery forwarded from the console");
-    let done = if anyway { "forwarded" } else { "redelivered" };
     let key = crate::approval::pages::urlencode(run.key.as_str());
     Ok(viewer.see_other(&format!("/ui/deliveries?done={done}&key={key}#d-{id}")))
 }

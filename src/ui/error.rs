@@ -10,6 +10,7 @@ use crate::approval::pages::respond;
 use crate::deadletter::bulk::StartError;
 use crate::deadletter::plan::PlanError;
 use crate::deadletter::replay::ReplayError;
+use crate::ingress::ForwardError;
 use crate::ledger::storage::StoreError;
 
 /// A console failure.
@@ -60,6 +61,16 @@ impl From<crate::tokens::TokenError> for UiError {
             E::NotFound(_) => Self::NotFound(err.to_string()),
             E::Conflict(detail) => Self::Refused(detail),
             E::Store(e) => Self::Store(e),
+        }
+    }
+}
+
+impl From<ForwardError> for UiError {
+    fn from(err: ForwardError) -> Self {
+        match err {
+            ForwardError::Store(e) => Self::Store(e),
+            ForwardError::NotFound(_) => Self::NotFound(err.to_string()),
+            other => Self::Refused(format!("{other}; nothing was changed")),
         }
     }
 }

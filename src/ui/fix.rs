@@ -12,8 +12,8 @@ use serde::Deserialize;
 
 use super::error::{Result, UiError};
 use super::frame::{json_block, Nav};
+use super::purpose;
 use super::session::Operator;
-use super::{purpose, text_field};
 use crate::deadletter::correct::{Correction, Preview};
 use crate::deadletter::fix::{preview, replay_fixed, Fix};
 use crate::deadletter::replay::ReplayError;
@@ -144,9 +144,7 @@ pub async fn replay(
 ) -> Result<Response> {
     viewer.check_csrf(&purpose("replay-fixed", &id), form.csrf.as_deref())?;
     let fix = fix_of(form.transform.as_deref())?;
-    let reason = text_field("reason", form.reason, 2_000)?.ok_or_else(|| {
-        UiError::Invalid("a reason is required: say why the correction is right".into())
-    })?;
+    let reason = super::form::required("reason", form.reason, "say why the correction is right")?;
     let retain_ms = app.config.dead_letters.retain_ms();
     let actor = viewer.subject().to_owned();
     let cmd = ReplayCommand::by_operator(id.clone(), actor, reason, retain_ms, false);

@@ -127,9 +127,25 @@ fn meta(job: &ReplayJob, now: Millis) -> Markup {
             tr { th scope="row" { "Reason" } td { (job.reason) } }
             tr { th scope="row" { "Rate" } td { (job.rate_per_sec) " item(s) per second" } }
             tr { th scope="row" { "Last change" } td { (at(job.updated_at, now)) " by " (job.changed_by) } }
+            @if let Some(fix) = &job.fix { tr { th scope="row" { "Correction" } td { (fix_line(fix)) } } }
             @if job.four_eyes { tr { th scope="row" { "Four eyes" } td { @match &job.started_by { Some(s) => { "started by " strong { (s) } }, None => "waits for a second operator to start it" } } } }
         } }
         details { summary { "Dry-run summary at creation" } (json_block(&job.summary)) }
+    }
+}
+
+/// What a job's fix sends: a transform by name, or a whole body by hash
+/// (its content is on the dead letter's dry run, redacted).
+fn fix_line(fix: &crate::deadletter::fix::Fix) -> Markup {
+    let shown = fix.shown();
+    let text = |k: &str| shown[k].as_str().map(str::to_owned);
+    html! {
+        @match (text("transform"), text("body_hash")) {
+            (Some(t), _) => { "transform " code { (t) } }
+            (None, Some(h)) => { "a whole corrected body, SHA-256 " code { (h) } }
+            (None, None) => { "-" }
+        }
+        @if let Some(e) = text("effect_id") { ", effect " code { (e) } }
     }
 }
 
@@ -158,28 +174,16 @@ async fn set_state(
 ) -> Result<Response> {
     let action = if stop { "job-stop" } else { "job-resume" };
     viewer.check_csrf(&purpose(action, id), form.csrf.as_deref())?;
-    let before = find(app, id).await?;
-    if !stop {
-        crate::deadletter::four_eyes::check_start(&before, viewer.subject())
-            .map_err(|e| UiError::Forbidden(e.to_string()))?;
+    use crate::deadletter::four_eyes::{set_job_state, JobStateError};
+    match set_job_state(app.store.as_ref(), id, stop, viewer.subject()).await {
+        Ok(_) => {}
+        Err(JobStateError::NotFound(id)) => {
+            return Err(UiError::NotFound(format!("no replay job {id}")))
+        }
+        Err(JobStateError::FourEyes(e)) => return Err(UiError::Forbidden(e.to_string())),
+        Err(e @ JobStateError::NotMoved { .. }) => return Err(UiError::Refused(e.to_string())),
+        Err(JobStateError::Store(e)) => return Err(e.into()),
     }
-    let job = app
-        .store
-        .set_replay_job_state(id, stop, viewer.subject())
-        .await?
-        .ok_or_else(|| UiError::NotFound(format!("no replay job {id}")))?;
-    let wanted = if stop {
-        JobState::Stopped
-    } else {
-        JobState::Running
-    };
-    if job.state != wanted {
-        return Err(UiError::Refused(format!(
-            "replay job {id} is {}; nothing was changed",
-            job.state
-        )));
-    }
-    tracing::info!(job = %id, state = %job.state, by = viewer.subject(), "replay job state changed from the console");
     Ok(viewer.see_other(&format!("/ui/replay-jobs/{id}")))
 }
 

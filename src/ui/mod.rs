@@ -45,6 +45,7 @@ pub mod deadletters;
 pub mod deliveries;
 pub mod error;
 pub mod fix;
+pub mod form;
 pub mod frame;
 pub mod home;
 pub mod jobs;
@@ -108,8 +109,7 @@ pub fn text_field(
     value: Option<String>,
     max: usize,
 ) -> Result<Option<String>, UiError> {
-    let value = value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
-    match value {
+    match crate::criteria::filled(value) {
         Some(v) if v.len() > max => Err(UiError::Invalid(format!(
             "{field} is longer than {max} bytes"
         ))),

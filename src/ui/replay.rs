@@ -15,8 +15,8 @@ use sha2::{Digest, Sha256};
 
 use super::error::{Result, UiError};
 use super::frame::{badge, Nav};
+use super::purpose;
 use super::session::Operator;
-use super::{purpose, text_field};
 use crate::deadletter::bulk::{Rate, StartJob};
 use crate::deadletter::plan::{Selection, SelectionFilter, Summary};
 use crate::state::AppState;
@@ -146,9 +146,7 @@ pub async fn create(
     Form(form): Form<StartForm>,
 ) -> Result<Response> {
     viewer.check_csrf(&job_purpose(&form.ids), form.csrf.as_deref())?;
-    let reason = text_field("reason", form.reason, 2_000)?.ok_or_else(|| {
-        UiError::Invalid("a reason is required: say why it is safe to replay".into())
-    })?;
+    let reason = super::form::required("reason", form.reason, "say why it is safe to replay")?;
     let config = &app.config.dead_letters;
     let rate = form
         .rate_per_sec
@@ -170,6 +168,7 @@ pub async fn create(
         rate,
         actor: viewer.subject().to_owned(),
         via: Some("console"),
+        fix: None,
     };
     let created = app.bulk_replay().start(job).await?;
     Ok(viewer.see_other(&format!("/ui/replay-jobs/{}", created.id)))

@@ -224,18 +224,15 @@ async fn append_event(
         .await
         .unwrap();
     let last = trail.last().unwrap();
-    let entry = oncegate::audit::AuditEntry {
-        namespace: "crm".into(),
-        key: key.into(),
-        seq: last.entry.seq + 1,
-        kind: kind.into(),
-        actor: actor.into(),
-        from_state: None,
-        to_state: None,
-        version: None,
+    let entry = oncegate::audit::AuditEntry::unmoved(
+        "crm",
+        key,
+        last.entry.seq + 1,
+        kind,
+        actor,
         detail,
-        created_at: last.entry.created_at + 1,
-    };
+        last.entry.created_at + 1,
+    );
     let hash = entry.chain_hash(Some(&last.hash));
     let detail = entry.detail.to_string().replace('\'', "''");
     db.exec(&format!(

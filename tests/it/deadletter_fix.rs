@@ -23,7 +23,7 @@ on_both_backends!(
 
 /// `dlq_config` plus three transforms: one for `send_email`, one for
 /// another operation, one whose `test` never holds.
-fn fix_config(base: String) -> impl FnOnce(&mut Config) {
+pub(crate) fn fix_config(base: String) -> impl FnOnce(&mut Config) {
     move |config: &mut Config| {
         dlq_config(base)(config);
         let text = r#"
@@ -63,6 +63,18 @@ async fn commit_v3(app: &TestApp, key: &str, path: &str) {
         .post("/v1/runs/commit", Some(&app.workflow), &body)
         .await;
     assert_eq!(status, 200, "{answer}");
+}
+
+/// The audit entry of dead letter `id`'s corrected replay.
+pub(crate) async fn correction_entry(app: &TestApp, id: &str) -> Value {
+    let (_, after) = get(app, &format!("/v1/dead-letters/{id}"), &app.operator).await;
+    after["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["detail"]["correction"].is_object())
+        .expect("the replay's audit entry")
+        .clone()
 }
 
 async fn id_of(app: &TestApp, key: &str) -> String {
@@ -157,14 +169,7 @@ async fn a_permanent_dead_letter_is_replayed_with_a_patch_once(backend: Backend)
     dispatch_until(&app, "p1", "completed").await;
     assert_eq!(mock.effects().len(), 1);
 
-    let (_, after) = get(&app, &format!("/v1/dead-letters/{id}"), &app.operator).await;
-    let entry = after["timeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["detail"]["correction"].is_object())
-        .expect("the replay's audit entry")
-        .clone();
+    let entry = correction_entry(&app, &id).await;
     assert_eq!(entry["actor"], "ops");
     let fix = &entry["detail"]["correction"];
     assert_eq!(entry["detail"]["reason"], "address corrected by fix-to");

@@ -2,9 +2,11 @@
 //! table (every column of every table is dumped as text and searched, in
 //! plain and hex form), except the verbatim body an effect must forward,
 //! and that one only until the effect is done and the sweeper ran; the
-//! archive files never hold it either. Model output is redacted before it
-//! is stored: neither its row, nor the approval card built from it, nor
-//! the dead letter's copy of a request hold the value.
+//! archive files never hold it either. Model output is minimised to the
+//! operation's `keep_fields` and redacted before it is stored: neither its
+//! row, nor the approval card built from it (JSON and HTML), nor the
+//! server's logs (captured at trace level while the output is posted,
+//! gated and shown), nor the archive hold a redacted or a dropped value.
 
 use oncegate::clock::{Clock, SystemClock};
 use oncegate::config::Config;
@@ -17,6 +19,70 @@ use crate::target::{Behaviour, MockTarget};
 
 const EMAIL: &str = "who-is-this@example.com";
 const CARD: &str = "card-9876-5432";
+/// A field of the model output its operation does not keep.
+const NOTE: &str = "internal-note-only-for-the-model";
+
+/// The server's own log lines (target `oncegate…`, every level), written
+/// to memory while at least one [`Capture`] lives; one subscriber for the
+/// whole test binary, installed by the first capture.
+mod logs {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex, OnceLock};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::Layer;
+
+    static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+    static BUFFER: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+
+    #[derive(Clone)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Captures while it lives.
+    pub struct Capture;
+
+    impl Capture {
+        pub fn start() -> Self {
+            BUFFER.get_or_init(|| {
+                let buffer = Arc::new(Mutex::new(Vec::new()));
+                let sink = Sink(buffer.clone());
+                let layer = tracing_subscriber::fmt::layer()
+                    .with_ansi(false)
+                    .with_writer(move || sink.clone())
+                    .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
+                        ACTIVE.load(Ordering::SeqCst) > 0 && meta.target().starts_with("oncegate")
+                    }));
+                let subscriber = tracing_subscriber::registry().with(layer);
+                tracing::subscriber::set_global_default(subscriber)
+                    .expect("no other global subscriber in the test binary");
+                buffer
+            });
+            ACTIVE.fetch_add(1, Ordering::SeqCst);
+            Self
+        }
+
+        /// Everything captured so far (by any live capture).
+        pub fn text(&self) -> String {
+            let buffer = BUFFER.get().expect("started").lock().unwrap();
+            String::from_utf8_lossy(&buffer).into_owned()
+        }
+    }
+
+    impl Drop for Capture {
+        fn drop(&mut self) {
+            ACTIVE.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
 
 /// Every `table.column` whose text holds `needle` (or its hex).
 pub async fn columns_holding(db: &TestDb, needle: &str) -> Vec<String> {
@@ -70,8 +136,10 @@ fn configure(base: String, archive: std::path::PathBuf) -> impl FnOnce(&mut Conf
              target = \"n8n\"\npath = \"/stripe-events\"\n\
              [[operations]]\nname = \"send_email\"\ngate = \"none\"\n\
              [[operations]]\nname = \"draft_reply\"\ncustomer_visible = true\n\
-             [operations.output]\nmax_repairs = 1\n\
+             [operations.output]\nmax_repairs = 1\nkeep_fields = [\"/reply\", \"/data\"]\n\
              [operations.output.schema]\ntype = \"object\"\nrequired = [\"reply\"]\n\
+             [operations.output.schema.properties]\nreply = {{ type = \"string\" }}\n\
+             data = {{ type = \"object\" }}\nnotes = {{ type = \"string\" }}\n\
              [[redact]]\nnamespace = \"stripe\"\npointers = [\"/data/object/customer_email\"]\n\
              fields = [\"card_last4\"]\n\
              [[redact]]\nnamespace = \"payments\"\npointers = [\"/data/object/customer_email\"]\n\
@@ -153,13 +221,15 @@ async fn redacted_fields_never_reach_a_table(backend: Backend) {
             .0,
         200
     );
-    // Model output holding both values, validated and shown on a card.
+    // Model output holding both values and a field its operation does not
+    // keep, validated, gated and shown on a card, the logs captured.
+    let capture = logs::Capture::start();
     let (_, claim) = app
         .claim(json!({ "namespace": "payments", "key": "biz:3", "payload": {} }))
         .await;
     let output = json!({ "namespace": "payments", "key": "biz:3", "lease": claim["lease"],
         "operation": "draft_reply",
-        "output": { "reply": "Your card is fine", "card_last4": CARD,
+        "output": { "reply": "Your card is fine", "card_last4": CARD, "notes": NOTE,
                     "data": { "object": { "customer_email": EMAIL } } },
         "model": { "provider_class": "hosted", "model": "drafter", "revision": "r1" } });
     let (status, answer) = app
@@ -175,9 +245,32 @@ async fn redacted_fields_never_reach_a_table(backend: Backend) {
     assert_eq!(status, 200, "{inbox}");
     let card = inbox.to_string();
     assert!(card.contains("Your card is fine"), "{card}");
-    for needle in [EMAIL, CARD] {
+    assert!(
+        card.contains("customer_email"),
+        "a kept field is shown, redacted: {card}"
+    );
+    let link = answer["approval_url"].as_str().expect("a person decides");
+    let alice = crate::approvals::Browser::login(&app, &app.approver).await;
+    let (status, html) = alice
+        .get(link.strip_prefix(&app.base).expect("under the base"))
+        .await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("Your card is fine"), "{html}");
+    let logged = capture.text();
+    drop(capture);
+    assert!(
+        logged.contains("/v1/runs/output"),
+        "the capture holds the server's lines"
+    );
+    for needle in [EMAIL, CARD, NOTE] {
         assert!(!card.contains(needle), "{needle} on the card: {card}");
+        assert!(!html.contains(needle), "{needle} on the card's page");
+        assert!(!logged.contains(needle), "{needle} in the logs");
     }
+    assert!(
+        columns_holding(&app.db, NOTE).await.is_empty(),
+        "a field the operation does not keep is never stored"
+    );
 
     let dispatcher = app.dispatcher();
     for _ in 0..3 {
@@ -240,7 +333,7 @@ async fn redacted_fields_never_reach_a_table(backend: Backend) {
         archived.push_str(&std::fs::read_to_string(file).unwrap());
     }
     assert!(archived.contains("evt_1") && archived.contains("[redacted]"));
-    for needle in [EMAIL, CARD] {
+    for needle in [EMAIL, CARD, NOTE] {
         assert!(!archived.contains(needle), "{needle} in the archive");
         assert!(columns_holding(&app.db, needle).await.is_empty());
     }

@@ -2,7 +2,7 @@
 //! replace, assign; and the replacement links of a run.
 
 use crate::api::PathId;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -340,9 +340,9 @@ pub(in crate::api) async fn assign(
 pub(in crate::api) async fn links(
     State(app): State<AppState>,
     caller: Caller,
-    query: std::result::Result<Query<RunRef>, axum::extract::rejection::QueryRejection>,
+    crate::api::ApiQuery(query): crate::api::ApiQuery<RunRef>,
 ) -> Result<Json<Vec<RunLink>>> {
-    let (ns, key) = RunRef::parse(query, &app, &caller)?;
+    let (ns, key) = query.parse(&app, &caller)?;
     crate::api::access::sql_tier(&app, &ns, "dead letters and their links")?;
     Ok(Json(app.store.run_links(ns.as_str(), key.as_str()).await?))
 }

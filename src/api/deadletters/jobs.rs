@@ -14,9 +14,11 @@ use utoipa::{IntoParams, ToSchema};
 use super::super::error::{ApiError, Result};
 use super::super::{ApiJson, ApiQuery, Caller};
 use super::actions::{replay_error, required_text};
+use super::fix::FixFields;
 use crate::clock::to_datetime;
 use crate::deadletter::bulk::{Rate, StartJob};
-use crate::deadletter::four_eyes::check_start;
+use crate::deadletter::fix::Fix;
+use crate::deadletter::four_eyes::{set_job_state, JobStateError};
 use crate::deadletter::jobs::Progress;
 use crate::deadletter::plan::{Selection, Summary};
 use crate::deadletter::{JobItem, JobState, ReplayJob};
@@ -49,6 +51,12 @@ pub struct CreateJobBody {
     pub reason: String,
     /// Items per second (1 to the configured maximum).
     pub rate_per_sec: i64,
+    /// Replay after a fix: the correction every item's replay sends (a
+    /// declared transform for any selection; a whole body or a named
+    /// effect for a selection of one). A four-eyes job carries it until
+    /// its second operator starts it.
+    #[serde(default)]
+    pub fix: Option<FixFields>,
 }
 
 /// The answer to a dry run.
@@ -96,6 +104,10 @@ pub struct JobView {
     pub four_eyes: bool,
     /// The second operator who started it.
     pub started_by: Option<String>,
+    /// The correction its replays send: `transform` (`name@version`) or
+    /// `body_hash` (the SHA-256 of a whole corrected body), and `effect_id`.
+    #[schema(value_type = Option<Object>)]
+    pub fix: Option<Value>,
 }
 
 impl From<ReplayJob> for JobView {
@@ -105,6 +117,7 @@ impl From<ReplayJob> for JobView {
             runner: j.lease_owner,
             four_eyes: j.four_eyes,
             started_by: j.started_by,
+            fix: j.fix.as_ref().map(Fix::shown),
             created_at: ts(j.created_at),
             updated_at: ts(j.updated_at),
             finished_at: j.finished_at.map(ts),
@@ -146,7 +159,10 @@ pub(in crate::api) async fn dry_run(
     security(("bearer" = [])),
     responses(
         (status = 201, description = "Created and running (stopped until a second operator starts it, for four-eyes operations)", body = JobView),
-        (status = 400, description = "No selection, missing reason, or a rate outside the limits", body = super::super::Problem),
+        (status = 400, description = "No selection, missing reason, a rate outside the limits, or a fix that is empty, gives both a body and a transform, or a whole body or effect id for more than one dead letter", body = super::super::Problem),
+        (status = 404, description = "A fix names a dead letter that does not exist", body = super::super::Problem),
+        (status = 409, description = "A fix for a dead letter already resolved or with nothing to replay", body = super::super::Problem),
+        (status = 422, description = "A fix that cannot be made for an item (unknown transform, one for another operation, a patch that does not apply, no effect to correct)", body = super::super::Problem),
     ))]
 pub(in crate::api) async fn create(
     State(app): State<AppState>,
@@ -156,12 +172,20 @@ pub(in crate::api) async fn create(
     let rate = Rate::new(body.rate_per_sec, &app.config.dead_letters)
         .map_err(|e| ApiError::invalid("rate_per_sec", e.to_string()))?;
     let reason = required_text("reason", body.reason, 2_000)?;
+    let fix =
+        match body.fix {
+            Some(fields) => Some(fields.parse()?.ok_or_else(|| {
+                ApiError::invalid("fix", "give the corrected body or a transform")
+            })?),
+            None => None,
+        };
     let job = StartJob {
         selection: body.selection,
         reason,
         rate,
         actor: caller.subject.clone(),
         via: None,
+        fix,
     };
     let created = app.bulk_replay().start(job).await?;
     Ok((StatusCode::CREATED, Json(created.into())))
@@ -258,29 +282,21 @@ pub(in crate::api) async fn show(
 }
 
 async fn set_state(app: &AppState, id: &str, stop: bool, actor: &str) -> Result<Json<JobView>> {
-    let before = job_or_404(app, id).await?;
-    if !stop {
-        check_start(&before, actor).map_err(|e| replay_error(e.into()))?;
+    match set_job_state(app.store.as_ref(), id, stop, actor).await {
+        Ok(job) => Ok(Json(job.into())),
+        Err(JobStateError::NotFound(id)) => Err(ApiError::NotFound(format!("no replay job {id}"))),
+        Err(JobStateError::FourEyes(e)) => Err(replay_error(e.into())),
+        Err(JobStateError::NotMoved {
+            slug,
+            detail,
+            state,
+        }) => Err(ApiError::Refused {
+            slug,
+            detail,
+            state: Some(state.to_string()),
+        }),
+        Err(JobStateError::Store(e)) => Err(e.into()),
     }
-    let job = app
-        .store
-        .set_replay_job_state(id, stop, actor)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("no replay job {id}")))?;
-    let wanted = if stop {
-        JobState::Stopped
-    } else {
-        JobState::Running
-    };
-    if job.state != wanted {
-        return Err(ApiError::Refused {
-            slug: "job-completed",
-            detail: format!("replay job {id} is {}", job.state),
-            state: Some(job.state.to_string()),
-        });
-    }
-    tracing::info!(job = %id, state = %job.state, by = actor, "replay job state changed");
-    Ok(Json(job.into()))
 }
 
 /// Stops a running job between items; items already worked stay worked.
@@ -306,9 +322,9 @@ pub(in crate::api) async fn stop(
     params(("id" = String, Path, description = "Job id")), security(("bearer" = [])),
     responses(
         (status = 200, description = "Running again", body = JobView),
-        (status = 403, description = "A four-eyes job's creator tried to start it (four-eyes); nothing changed", body = super::super::Problem),
+        (status = 403, description = "A four-eyes job's creator tried to start it (four-eyes), whatever its state; nothing changed", body = super::super::Problem),
         (status = 404, description = "No such job", body = super::super::Problem),
-        (status = 409, description = "The job is completed", body = super::super::Problem),
+        (status = 409, description = "The job is completed (job-completed), or a four-eyes job was already started by another operator (job-already-started)", body = super::super::Problem),
     ))]
 pub(in crate::api) async fn resume(
     State(app): State<AppState>,

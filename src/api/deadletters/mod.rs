@@ -4,7 +4,7 @@
 //! workflow's failure report by execution ref ([`fail`], workflow scope).
 
 use crate::api::PathId;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{middleware, Json, Router};
 use serde::Serialize;
@@ -90,27 +90,13 @@ pub struct DeadLetterPage {
     ))]
 pub(super) async fn list(
     State(app): State<AppState>,
-    query: std::result::Result<Query<Criteria>, axum::extract::rejection::QueryRejection>,
+    crate::api::ApiQuery(q): crate::api::ApiQuery<Criteria>,
 ) -> Result<Json<DeadLetterPage>> {
-    let Query(q) = query.map_err(|e| ApiError::Invalid {
-        field: None,
-        detail: e.body_text(),
-    })?;
     let now = app.clock.now_ms();
     let filter = q.into_filter(now)?;
     let limit = filter.limit;
     let found = app.store.dead_letters(&filter).await?;
-    let next_cursor = (found.len() as i64 == limit)
-        .then(|| {
-            found.last().map(|d| {
-                Cursor {
-                    created_at: d.created_at,
-                    id: d.id.clone(),
-                }
-                .encode()
-            })
-        })
-        .flatten();
+    let next_cursor = Cursor::after_full(&found, limit, |d| (d.created_at, &d.id));
     let config = &app.config.dead_letters;
     let items = found
         .into_iter()

@@ -35,7 +35,7 @@ pub struct OutputAccepted {
 
 impl Gate<'_> {
     /// Records `out` as the run's next attempt, validated against its
-    /// operation's schema.
+    /// operation's schema and then reduced to the fields it keeps.
     ///
     /// # Errors
     /// [`GateError::OutputInvalid`] (recorded all the same),
@@ -66,9 +66,11 @@ impl Gate<'_> {
             )
         })?;
         let violations = contract.violations(&out.output);
+        // Minimisation: judged whole, stored (and redacted, and shown on
+        // the card) only as the fields the operation keeps.
         let new = NewOutput {
             operation,
-            output: out.output,
+            output: contract.minimise(out.output),
             violations: violations.clone(),
             provider_class: out.provider_class,
             model: out.model,

@@ -185,18 +185,7 @@ mod tests {
 
     fn record(seq: i64, kind: &str, actor: &str, detail: Value) -> AuditRecord {
         AuditRecord {
-            entry: AuditEntry {
-                namespace: "crm".into(),
-                key: "k".into(),
-                seq,
-                kind: kind.into(),
-                actor: actor.into(),
-                from_state: None,
-                to_state: None,
-                version: None,
-                detail,
-                created_at: 1_000 * seq,
-            },
+            entry: AuditEntry::unmoved("crm", "k", seq, kind, actor, detail, 1_000 * seq),
             prev_hash: None,
             hash: format!("h{seq}"),
         }

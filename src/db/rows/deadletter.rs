@@ -153,9 +153,12 @@ pub(crate) struct JobRow {
 
 impl JobRow {
     pub(crate) fn into_job(self) -> Result<ReplayJob> {
+        let stored = serde_json::from_str(&self.selection).map_err(corrupt)?;
+        let (selection, fix) = crate::deadletter::jobs::split_selection(stored).map_err(corrupt)?;
         Ok(ReplayJob {
             state: self.state.parse().map_err(corrupt)?,
-            selection: serde_json::from_str(&self.selection).map_err(corrupt)?,
+            selection,
+            fix,
             summary: serde_json::from_str(&self.summary).map_err(corrupt)?,
             progress: Progress {
                 total: self.total,

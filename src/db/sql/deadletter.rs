@@ -106,7 +106,7 @@ impl DeadLetterStatements {
             add(" AND d.created_at >= ?", Arg::Int(Some(after)), &mut args);
         }
         if let Some(cursor) = &filter.after {
-            args.push(cursor.created_at);
+            args.push(cursor.at);
             args.push(cursor.id.clone());
             let (a, b) = (args.len() - 1, args.len());
             sql.push_str(&format!(
@@ -143,7 +143,7 @@ mod tests {
             class: Some(DeadLetterClass::Permanent),
             namespace: Some("crm".into()),
             after: Some(Cursor {
-                created_at: 5,
+                at: 5,
                 id: "x".into(),
             }),
             resolved: Some(false),

@@ -31,8 +31,8 @@ pub struct JobStatements {
     pub items: String,
     /// `running → stopped`, dropping the lease. Binds: now, id, actor.
     pub stop: String,
-    /// `stopped → running`; a four-eyes job's first start only by an
-    /// operator other than its creator, who is recorded. Binds: now, id, actor.
+    /// `stopped → running`; a four-eyes job never by its creator, and its
+    /// first starter is recorded. Binds: now, id, actor.
     pub resume: String,
     /// Leases the oldest runnable job that is free, expired or already the
     /// caller's. Binds: now, owner, lease_ms.
@@ -83,7 +83,7 @@ impl JobStatements {
                      started_by = CASE WHEN four_eyes = 1 AND started_by IS NULL THEN $3 \
                          ELSE started_by END \
                  WHERE id = $2 AND state IN {from} \
-                   AND (four_eyes = 0 OR started_by IS NOT NULL OR created_by <> $3)",
+                   AND (four_eyes = 0 OR created_by <> $3)",
                 to = JobMove::Resume.rule().sql_target(),
                 from = JobMove::Resume.rule().sql_guard(),
             ),

@@ -191,18 +191,7 @@ pub(crate) async fn append_system_event(
         )
         .await?;
     let (seq, prev) = last.map_or((1, None), |(seq, hash)| (seq + 1, Some(hash)));
-    let entry = AuditEntry {
-        namespace: SYSTEM_NAMESPACE.into(),
-        key: key.into(),
-        seq,
-        kind: kind.into(),
-        actor: actor.into(),
-        from_state: None,
-        to_state: None,
-        version: None,
-        detail,
-        created_at: now,
-    };
+    let entry = AuditEntry::unmoved(SYSTEM_NAMESPACE, key, seq, kind, actor, detail, now);
     let hash = entry.chain_hash(prev.as_deref());
     tx.execute(
         &st.audit.insert_audit,

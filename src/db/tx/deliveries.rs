@@ -164,11 +164,7 @@ impl<B: Backend> DeliveryStore for Db<B> {
 
     async fn deliveries(&self, filter: &DeliveryFilter) -> Result<Vec<DeliveryEntry>> {
         let rd = self.reader();
-        let (at, id) = filter
-            .before
-            .as_ref()
-            .map(|c| (c.received_at, c.id.clone()))
-            .unzip();
+        let (at, id) = filter.before.as_ref().map(|c| (c.at, c.id.clone())).unzip();
         let args = Args::new()
             .bind(filter.source.as_deref())
             .bind(filter.event_id.as_deref())

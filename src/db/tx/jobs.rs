@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use crate::db::exec::{Args, Tx};
 use crate::db::rows::{ItemRow, JobRow};
 use crate::db::{Backend, Db, Finish};
+use crate::deadletter::jobs::stored_selection;
 use crate::deadletter::port::JobStore;
 use crate::deadletter::{JobItem, JobItemRef, NewReplayJob, ReplayJob};
 use crate::ledger::storage::Result;
@@ -64,7 +65,7 @@ async fn create(tx: &mut Tx<'_>, job: &NewReplayJob) -> Result<JobRow> {
         .bind(&job.created_by)
         .bind(&job.reason)
         .bind(job.rate_per_sec)
-        .bind(job.selection.to_string())
+        .bind(stored_selection(&job.selection, job.fix.as_ref()).to_string())
         .bind(job.summary.to_string())
         .bind(job.dead_letter_ids.len() as i64)
         .bind(i64::from(job.four_eyes));
@@ -117,18 +118,19 @@ impl<B: Backend> JobStore for Db<B> {
         id: &str,
         stop: bool,
         actor: &str,
-    ) -> Result<Option<ReplayJob>> {
+    ) -> Result<Option<(ReplayJob, bool)>> {
         let (job, actor) = (id.to_owned(), actor.to_owned());
-        self.commit(move |tx| {
-            Box::pin(async move {
-                let st = tx.st;
-                let sql = if stop { &st.jobs.stop } else { &st.jobs.resume };
-                tx.execute(sql, Args::new().bind(tx.now).bind(&job).bind(&actor))
-                    .await
+        let moved = self
+            .commit(move |tx| {
+                Box::pin(async move {
+                    let st = tx.st;
+                    let sql = if stop { &st.jobs.stop } else { &st.jobs.resume };
+                    tx.execute(sql, Args::new().bind(tx.now).bind(&job).bind(&actor))
+                        .await
+                })
             })
-        })
-        .await?;
-        self.replay_job(id).await
+            .await?;
+        Ok(self.replay_job(id).await?.map(|job| (job, moved == 1)))
     }
 
     async fn lease_replay_job(&self, owner: &str, lease_ms: i64) -> Result<Option<ReplayJob>> {

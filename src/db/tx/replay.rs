@@ -100,8 +100,9 @@ async fn replay_in(tx: &mut Tx<'_>, cmd: &ReplayCommand) -> Result<Finish<Action
         tx.execute(&st.outbox.requeue_effects, args).await?
     };
     let job_id = cmd.job_item.as_ref().map(|i| i.job_id.as_str());
+    let started_by = cmd.job_item.as_ref().and_then(|i| i.started_by.as_deref());
     let detail = json!({ "dead_letter_id": dl.id, "class": dl.class.as_str(),
-        "reason": cmd.reason, "requeued": requeued, "job_id": job_id,
+        "reason": cmd.reason, "requeued": requeued, "job_id": job_id, "started_by": started_by,
         "replay_count": dl.replay_count + 1, "release": cmd.release,
         "correction": cmd.correction.as_ref().map(|c| &c.audit) });
     let Some(mut run) = operator_move(tx, &dl, mv, None, &cmd.actor, detail).await? else {
