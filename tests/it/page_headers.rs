@@ -5,8 +5,8 @@
 //! list, make (the token shown once), revoke, each form bound to CSRF.
 
 use crate::approvals::Browser;
-use crate::harness::{Backend, TestApp};
-use crate::tokens::{admins, Admins};
+use crate::harness::Backend;
+use crate::tokens::{admins, status_of, Admins};
 
 /// Checks one HTML answer's headers and body; returns the stylesheets it links.
 fn check_page(path: &str, headers: &reqwest::header::HeaderMap, html: &str) -> Vec<String> {
@@ -125,17 +125,6 @@ fn csrf_in(page: &str, action: &str) -> String {
     rest[at..].split('"').next().unwrap().to_owned()
 }
 
-async fn api_status(app: &TestApp, token: &str) -> u16 {
-    app.client
-        .get(format!("{}/v1/admin/tokens", app.base))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap()
-        .status()
-        .as_u16()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_makes_shows_once_and_revokes_tokens() {
     let Admins { app, root, carol } = admins(Backend::Sqlite).await;
@@ -181,7 +170,7 @@ async fn the_console_makes_shows_once_and_revokes_tokens() {
     let secret = shown[value_at..].split('"').next().unwrap().to_owned();
     assert!(secret.starts_with("og_"), "{secret}");
     assert_eq!(
-        api_status(&app, &secret).await,
+        status_of(&app.base, &secret).await,
         403,
         "it works (operator, not admin)"
     );
@@ -217,13 +206,13 @@ async fn the_console_makes_shows_once_and_revokes_tokens() {
         403,
         "the create form's token does not revoke"
     );
-    assert_eq!(api_status(&app, &secret).await, 403, "still works");
+    assert_eq!(status_of(&app.base, &secret).await, 403, "still works");
     let revoke_csrf = csrf_in(&list, &action);
     let resp = admin
         .post_form(&action, &[("csrf", revoke_csrf.as_str())])
         .await;
     assert_eq!(resp.status(), 303);
-    assert_eq!(api_status(&app, &secret).await, 401, "revoked");
+    assert_eq!(status_of(&app.base, &secret).await, 401, "revoked");
     let kinds = app
         .db
         .texts(&format!("SELECT kind || ' by ' || actor FROM audit_events WHERE run_key = 'tokens:{id}' ORDER BY seq"))

@@ -53,7 +53,7 @@ async fn list(app: &TestApp, as_token: &str) -> (u16, Value) {
 
 /// The status a token gets on a route every scope may read (`GET
 /// /v1/admin/tokens` needs admin: 401 unknown, 403 known but not admin).
-async fn status_of(base: &str, token: &str) -> u16 {
+pub(crate) async fn status_of(base: &str, token: &str) -> u16 {
     reqwest::Client::new()
         .get(format!("{base}/v1/admin/tokens"))
         .bearer_auth(token)
