@@ -117,13 +117,7 @@ async fn claim_complete_duplicate_round_trip(backend: Backend) {
     assert_eq!(run["claimed_by"], "n8n");
     assert!(run.get("lease").is_none(), "the lease is never shown");
 
-    let metrics = app
-        .client
-        .get(format!("{}/metrics", app.base))
-        .send()
-        .await
-        .unwrap();
-    let text = metrics.text().await.unwrap();
+    let text = app.scrape().await;
     assert!(
         text.contains(r#"oncegate_claims_total{namespace="stripe",outcome="duplicate"} 1"#),
         "{text}"

@@ -271,15 +271,7 @@ async fn a_thousand_refused_signatures_write_no_row(backend: Backend) {
         json!([]),
         "nothing unauthenticated is in the log"
     );
-    let metrics = app
-        .client
-        .get(format!("{}/metrics", app.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.scrape().await;
     assert!(
         metrics.contains(
             r#"oncegate_deliveries_total{outcome="signature_refused",source="charges"} 1000"#

@@ -442,6 +442,18 @@ impl TestApp {
         response.status().as_u16()
     }
 
+    /// The server's `/metrics` text (asserting a 200).
+    pub async fn scrape(&self) -> String {
+        let resp = self
+            .client
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        resp.text().await.unwrap()
+    }
+
     pub async fn claim(&self, body: Value) -> (u16, Value) {
         self.post("/v1/claims", Some(&self.workflow), &body).await
     }

@@ -226,15 +226,7 @@ async fn bad_signatures_store_nothing(backend: Backend) {
         [0; 5],
         "a refused signature writes nothing anywhere"
     );
-    let metrics = app
-        .client
-        .get(format!("{}/metrics", app.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.scrape().await;
     assert!(
         metrics.contains(r#"oncegate_signature_failures_total{source="stripe"} 9"#),
         "{metrics}"

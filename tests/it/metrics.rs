@@ -11,17 +11,6 @@ use crate::harness::{eventually, on_both_backends, Backend, TestApp};
 use crate::ingress::{stripe_signature, with_sources, SECRET};
 use crate::target::{Behaviour, MockTarget};
 
-async fn scrape(app: &TestApp) -> String {
-    let resp = app
-        .client
-        .get(format!("{}/metrics", app.base))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status().as_u16(), 200);
-    resp.text().await.unwrap()
-}
-
 /// The value of the first sample whose line starts with `series`.
 fn sample(text: &str, series: &str) -> Option<f64> {
     text.lines()
@@ -121,7 +110,7 @@ async fn labels_never_hold_keys_tokens_or_payload_values(backend: Backend) {
             .unwrap();
     }
 
-    let text = scrape(&app).await;
+    let text = app.scrape().await;
     for secret in [
         key,
         "KEY-9f1c",
@@ -177,7 +166,7 @@ async fn namespaces_past_the_bound_share_other(backend: Backend) {
     let (status, _) =
         crate::ingress::deliver(&app, "stripe", &body, &[("stripe-signature", sig)]).await;
     assert_eq!(status, 200);
-    let text = scrape(&app).await;
+    let text = app.scrape().await;
     for ns in ["t1", "t2", "t3", "stripe"] {
         let series = format!("oncegate_claims_total{{namespace=\"{ns}\",outcome=\"claimed\"}} 1");
         assert!(text.contains(&series), "missing {series}\n{text}");
@@ -201,7 +190,7 @@ async fn gauges_read_stale_leases_dead_letters_and_the_switch(backend: Backend) 
         "the stale lease is counted",
         Duration::from_secs(10),
         || async {
-            let text = scrape(&app).await;
+            let text = app.scrape().await;
             (sample(&text, "oncegate_stale_processing_runs{namespace=\"crm\"}") == Some(1.0))
                 .then_some(())
         },
@@ -229,7 +218,7 @@ async fn gauges_read_stale_leases_dead_letters_and_the_switch(backend: Backend) 
         .await;
     app.store.set_actions("mock", false, "test").await.unwrap();
 
-    let text = scrape(&app).await;
+    let text = app.scrape().await;
     assert_eq!(
         sample(&text, "oncegate_dead_letters_open{namespace=\"crm\"}"),
         Some(2.0),
