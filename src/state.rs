@@ -81,6 +81,8 @@ pub struct Shared {
     pub replay: ReplayContext,
     /// Keys `approve_by_exception`'s human sample (a server secret).
     pub server_key: crate::approval::server_key::ServerKey,
+    /// The OpenID provider people sign in with, when configured.
+    pub oidc: Option<Arc<crate::approval::oidc::Oidc>>,
 }
 
 impl Shared {

@@ -22,7 +22,7 @@ use crate::approval::decide::{Decision, DecisionForm, Handle, Viewed};
 use crate::approval::pages::{self, see_other, with_cookie, Confirm};
 use crate::approval::people::posted_from_another_site;
 use crate::approval::session::clear_cookie;
-use crate::approval::Refusal;
+use crate::approval::{AuthMethod, Refusal};
 use crate::state::AppState;
 
 /// The people's pages: login, logout, and a challenge's confirmation page.
@@ -51,7 +51,7 @@ fn wants_json(headers: &HeaderMap) -> bool {
 /// slash, then visible ASCII without a backslash. A browser drops tabs
 /// and newlines from a `Location`, so `/\t/evil.example` would become the
 /// protocol-relative `//evil.example`; such paths go to `/approvals`.
-fn safe_next(next: Option<&str>) -> String {
+pub(crate) fn safe_next(next: Option<&str>) -> String {
     match next {
         Some(n)
             if n.starts_with('/')
@@ -66,8 +66,13 @@ fn safe_next(next: Option<&str>) -> String {
 
 /// `?next=` of the sign-in page.
 #[derive(Debug, Deserialize)]
-struct NextQuery {
-    next: Option<String>,
+pub(crate) struct NextQuery {
+    pub(crate) next: Option<String>,
+}
+
+/// The OpenID provider's name, for the sign-in page's link.
+fn provider_name(app: &AppState) -> Option<&str> {
+    app.oidc.as_deref().map(|o| o.display_name())
 }
 
 async fn login_page(
@@ -78,7 +83,10 @@ async fn login_page(
     let next = safe_next(q.next.as_deref());
     match app.people().person(req.headers(), peer_of(&req)).await {
         Ok((Some(_), cookie)) if cookie.is_some() => with_cookie(see_other(&next), cookie),
-        Ok(_) => pages::respond(StatusCode::OK, pages::login(&next, None)),
+        Ok(_) => pages::respond(
+            StatusCode::OK,
+            pages::login(&next, None, provider_name(&app)),
+        ),
         Err(err) => ApiError::from(err).into_response(),
     }
 }
@@ -105,6 +113,7 @@ async fn login(
         let page = pages::login(
             &next,
             Some("Sign in from this page: a form on another site cannot sign you in."),
+            provider_name(&app),
         );
         return pages::respond(StatusCode::FORBIDDEN, page);
     }
@@ -115,6 +124,7 @@ async fn login(
             let page = pages::login(
                 &next,
                 Some("That token is not an approver or operator token."),
+                provider_name(&app),
             );
             pages::respond(StatusCode::UNAUTHORIZED, page)
         }
@@ -138,6 +148,7 @@ async fn logout(
         Ok(p) => p,
         Err(err) => return ApiError::from(err).into_response(),
     };
+    let mut single_sign_on = false;
     if let Some(p) = person {
         if !p.secret.csrf_matches("logout", &form.csrf) {
             return refused(&headers, &Refusal::BadCsrf, None);
@@ -145,8 +156,22 @@ async fn logout(
         if let Err(err) = people.sign_out(&p).await {
             return ApiError::from(err).into_response();
         }
+        single_sign_on = p.session.auth == AuthMethod::Sso;
     }
-    with_cookie(see_other("/login"), Some(clear_cookie(people.secure)))
+    // A single-sign-on session ends at the OpenID provider too, when its
+    // discovery names an end_session_endpoint (RP-initiated logout).
+    let provider = match (single_sign_on, app.oidc.as_deref()) {
+        (true, Some(oidc)) => oidc.logout_url().await,
+        _ => None,
+    };
+    let answer = match provider {
+        Some(url) => pages::respond(
+            StatusCode::OK,
+            pages::onward("Signed out; signing out at the provider", url.as_str()),
+        ),
+        None => see_other("/login"),
+    };
+    with_cookie(answer, Some(clear_cookie(people.secure)))
 }
 
 /// Answers a refusal as a page or as problem+json.

@@ -21,6 +21,8 @@ mod access;
 mod admin;
 pub mod approvals;
 pub mod approve;
+/// OpenID Connect sign-in: `/auth/oidc/start` and the callback.
+pub mod oidc;
 mod audit_status;
 pub mod auth;
 mod claims;

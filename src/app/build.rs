@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use tokio::sync::Notify;
 
+use crate::approval::oidc::Oidc;
 use crate::approval::server_key::{ServerKey, MIN_SECRET_LEN, SERVER_SECRET};
 use crate::clock::SharedClock;
 use crate::config::{Config, Scope, ServerConfig};
@@ -135,6 +136,7 @@ pub async fn build_state(
     let server_key = server_key(&config.server, &store).await?;
     let metrics = Arc::new(metrics);
     let (runs, redis, tiers) = tiers(&config, &store, &clock, metrics.clone())?;
+    let oidc = oidc(&config, &clock)?;
     let state = AppState::new(crate::state::Shared {
         runs,
         redis,
@@ -153,8 +155,18 @@ pub async fn build_state(
         clock,
         replay,
         server_key,
+        oidc,
     });
     Ok((state, bootstrap))
+}
+
+/// The OpenID provider of `[approvals.oidc]`, when configured.
+fn oidc(config: &Config, clock: &SharedClock) -> Result<Option<Arc<Oidc>>> {
+    let (Some(section), Some(base)) = (&config.approvals.oidc, config.server.public_base()) else {
+        return Ok(None);
+    };
+    let oidc = Oidc::new(section, &base, clock.clone()).map_err(anyhow::Error::msg)?;
+    Ok(Some(Arc::new(oidc)))
 }
 
 /// The ledger's port for the API, the Redis tier's store (when a

@@ -27,6 +27,7 @@ pub fn router(state: AppState) -> Router {
     let budget = BodyBudget::new(state.clone());
     let unauthenticated = Router::new()
         .merge(api::approve::router())
+        .merge(api::oidc::router())
         .merge(api::hooks::router())
         .layer(middleware::from_fn_with_state(
             budget,

@@ -12,7 +12,8 @@ use crate::ledger::Run;
 pub enum AuthMethod {
     /// A session opened with an approver or operator token.
     Token,
-    /// The trusted SSO header from a configured proxy.
+    /// Single sign-on: the trusted header from a configured proxy, or an
+    /// OpenID Connect sign-in.
     Sso,
 }
 

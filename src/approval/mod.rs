@@ -14,6 +14,7 @@
 //! - [`challenge`]: the challenge and its moves; [`staged`]: its effects.
 //! - [`approver`]: who decides, and every refusal.
 //! - [`people`]: who is signed in (session cookie or trusted SSO).
+//! - [`oidc`]: sign-in with an OpenID provider (code flow, PKCE).
 //! - [`decide`]: a person's decision, consumed once.
 //! - [`card`]: a challenge as an approval card.
 //! - [`session`]: browser sessions and trusted single sign-on.
@@ -30,6 +31,7 @@ pub mod decide;
 pub mod effects;
 pub mod gate;
 pub mod identity;
+pub mod oidc;
 pub mod operation;
 pub mod pages;
 pub mod people;

@@ -79,13 +79,18 @@ const PAGE_HEADERS: [(header::HeaderName, &str); 6] = [
     (header::CONTENT_SECURITY_POLICY, POLICY),
 ];
 
-/// The sign-in form.
-pub fn login(next: &str, error: Option<&str>) -> Markup {
+/// The sign-in form; with `provider` (an OpenID provider's name), a link
+/// to sign in there first.
+pub fn login(next: &str, error: Option<&str>, provider: Option<&str>) -> Markup {
     layout(
         "Sign in",
         html! {
             h1 { "Sign in to oncegate" }
             @if let Some(error) = error { p.card.bad role="alert" { (error) } }
+            @if let Some(name) = provider {
+                p { a.button #oidc href={ "/auth/oidc/start?next=" (urlencode(next)) } { "Sign in with " (name) } }
+                p { "Or with a token:" }
+            }
             form method="post" action="/login" {
                 input type="hidden" name="next" value=(next);
                 label for="token" { "Approver or operator token" }
@@ -95,6 +100,43 @@ pub fn login(next: &str, error: Option<&str>) -> Markup {
             p { "The token is exchanged once for a session cookie; it is never stored." }
         },
     )
+}
+
+/// An OpenID Connect sign-in that did not happen: why, and a way to start
+/// again.
+pub fn sign_in_failed(reason: &str, next: &str) -> Markup {
+    layout(
+        "Not signed in",
+        html! {
+            h1 { "You are not signed in" }
+            p.card.bad role="alert" { (reason) }
+            p { "Nothing changed: no session was opened." }
+            p { a href={ "/login?next=" (urlencode(next)) } { "Back to sign-in" } }
+        },
+    )
+}
+
+/// A page that moves on to `to` by itself (a refresh, not a redirect) or
+/// by its link. After an OpenID Connect sign-in the move then starts on
+/// this site, so the `SameSite=Strict` session cookie goes with it; after
+/// a sign-out that goes on to the provider, no `form-action` rule stands
+/// in the way (it would block a form's redirect to another site).
+pub fn onward(heading: &str, to: &str) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="refresh" content={ "0; url=" (to) };
+                title { (heading) " · oncegate" }
+                link rel="stylesheet" href=(STYLESHEET);
+            }
+            body { main {
+                h1 { (heading) }
+                p { a href=(to) { "Continue" } }
+            } }
+        }
+    }
 }
 
 /// A refusal: plainly what happened, and that nothing was sent.

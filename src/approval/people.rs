@@ -1,6 +1,6 @@
 //! Who is signed in: a trusted single-sign-on header (from a configured
 //! proxy) or the session cookie; sign-in with an approver or operator
-//! token, and sign-out. Shared by the approval pages and the console.
+//! token or through an OpenID provider, and sign-out. Shared by the approval pages and the console.
 
 use std::net::SocketAddr;
 
@@ -123,13 +123,36 @@ impl People<'_> {
         };
         let opened = self
             .open_session(
-                p.subject.clone(),
-                scope_names(&p),
-                p.roles.clone(),
-                credential,
+                (p.subject.clone(), scope_names(&p), p.roles.clone()),
+                AuthMethod::Token,
+                Some(credential),
             )
             .await?;
         Ok(Some(opened))
+    }
+
+    /// Opens a session for a person an OpenID provider vouched for: a
+    /// single-sign-on session (it satisfies `approver_auth = "sso"`) with
+    /// the scopes of `approvals.sso_scopes` and the token's roles.
+    ///
+    /// # Errors
+    /// The store failed.
+    pub async fn sign_in_oidc(
+        &self,
+        identity: super::oidc::Identity,
+    ) -> Result<(Person, HeaderValue), StoreError> {
+        let scopes = self
+            .config
+            .sso_scopes
+            .iter()
+            .map(|s| s.as_str().to_owned())
+            .collect();
+        self.open_session(
+            (identity.subject, scopes, identity.roles),
+            AuthMethod::Sso,
+            None,
+        )
+        .await
     }
 
     /// Ends `person`'s session.
@@ -180,12 +203,12 @@ impl People<'_> {
         Ok((Person { secret, session }, cookie))
     }
 
+    /// A new session with a fresh secret for `(subject, scopes, roles)`.
     async fn open_session(
         &self,
-        subject: String,
-        scopes: Vec<String>,
-        roles: Vec<String>,
-        credential: String,
+        (subject, scopes, roles): (String, Vec<String>, Vec<String>),
+        auth: AuthMethod,
+        credential: Option<String>,
     ) -> Result<(Person, HeaderValue), StoreError> {
         let secret = Secret::generate();
         let ttl = self.config.session_ttl_secs;
@@ -194,8 +217,8 @@ impl People<'_> {
             subject,
             scopes,
             roles,
-            auth: AuthMethod::Token,
-            credential: Some(credential),
+            auth,
+            credential,
             expires_at: self.clock.now_ms() + secs_ms(ttl),
         };
         self.store.insert_session(&session).await?;

@@ -31,7 +31,8 @@ pub fn cookie_name(secure: bool) -> &'static str {
     }
 }
 
-/// `[approvals]`: sessions, single sign-on and the expiry sweeper.
+/// `[approvals]`: sessions, single sign-on (a trusted header, OpenID
+/// Connect) and the expiry sweeper.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ApprovalsConfig {
@@ -44,11 +45,14 @@ pub struct ApprovalsConfig {
     pub sso_header: Option<String>,
     /// The header with the user's roles, comma-separated.
     pub sso_roles_header: Option<String>,
-    /// Scopes a single-sign-on user holds (default: approver).
+    /// Scopes a single-sign-on user holds, by trusted header or OpenID
+    /// Connect (default: approver).
     pub sso_scopes: Vec<Scope>,
     /// Peer addresses whose SSO headers are believed. Any other peer's are
     /// ignored.
     pub trusted_proxies: Vec<IpAddr>,
+    /// `[approvals.oidc]`: sign-in with an OpenID provider. Unset: none.
+    pub oidc: Option<super::oidc::OidcConfig>,
 }
 
 impl Default for ApprovalsConfig {
@@ -60,6 +64,7 @@ impl Default for ApprovalsConfig {
             sso_roles_header: None,
             sso_scopes: vec![Scope::Approver],
             trusted_proxies: Vec::new(),
+            oidc: None,
         }
     }
 }
@@ -87,6 +92,9 @@ impl ApprovalsConfig {
                 "approvals.trusted_proxies".into(),
                 "list the proxy addresses allowed to set approvals.sso_header".into(),
             ));
+        }
+        if let Some(oidc) = &self.oidc {
+            oidc.validate()?;
         }
         Ok(())
     }

@@ -271,6 +271,12 @@ impl Config {
                 "operations have approval gates and the service does not listen on loopback: set the https address approval links should use",
             ));
         }
+        if self.approvals.oidc.is_some() && self.server.public_base().is_none() {
+            return Err(ConfigError::field(
+                "server.public_base_url",
+                "[approvals.oidc] needs the address people reach the service at: the provider sends them back to <public_base_url>/auth/oidc/callback",
+            ));
+        }
         let longest = self
             .targets
             .iter()

@@ -16,7 +16,7 @@ use crate::process::write_config_with;
 use crate::target::MockTarget;
 
 /// Every byte the database holds, as text: the SQLite files, or `pg_dump`.
-async fn dump(db: &TestDb, backend: Backend, dir: &std::path::Path) -> Vec<u8> {
+pub(crate) async fn dump(db: &TestDb, backend: Backend, dir: &std::path::Path) -> Vec<u8> {
     match backend {
         Backend::Sqlite => {
             let mut all = Vec::new();
@@ -45,7 +45,7 @@ async fn dump(db: &TestDb, backend: Backend, dir: &std::path::Path) -> Vec<u8> {
     }
 }
 
-fn holds(haystack: &[u8], needle: &str) -> bool {
+pub(crate) fn holds(haystack: &[u8], needle: &str) -> bool {
     haystack
         .windows(needle.len())
         .any(|w| w == needle.as_bytes())

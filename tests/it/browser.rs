@@ -116,6 +116,11 @@ impl Browser {
         }
     }
 
+    /// The whole URL the browser shows now (another site's too).
+    pub async fn driver_url(&self) -> String {
+        self.driver.current_url().await.unwrap().to_string()
+    }
+
     /// The visible text of the page.
     pub async fn text(&self) -> String {
         match self.driver.find(By::Tag("body")).await {

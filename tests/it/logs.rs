@@ -32,9 +32,14 @@ impl Drop for Running {
 /// Starts `oncegate --log-format json serve` at trace level, its stderr
 /// going to `log`; returns the process and its base URL.
 pub(crate) fn start(config: &Path, dir: &Path, log: &Path) -> (Running, String) {
+    start_on(config, dir, log, "127.0.0.1:0")
+}
+
+/// [`start`] on the address `listen`.
+pub(crate) fn start_on(config: &Path, dir: &Path, log: &Path, listen: &str) -> (Running, String) {
     let mut cmd = command(&["--log-format", "json", "serve"]);
     cmd.env("ONCEGATE_CONFIG", config)
-        .env("ONCEGATE_LISTEN", "127.0.0.1:0")
+        .env("ONCEGATE_LISTEN", listen)
         .env("RUST_LOG", "trace")
         .current_dir(dir)
         .stdout(Stdio::null())

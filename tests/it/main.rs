@@ -38,6 +38,12 @@ mod lab;
 // n8n integration (examples/n8n, docs/n8n.md)
 mod n8n;
 mod namespaces;
+// OpenID Connect sign-in (issue 22): a real provider and a crafted one.
+mod oidc_browser;
+mod oidc_crafted;
+mod oidc_flow;
+mod oidc_secrecy;
+mod oidc_support;
 mod output_retention;
 mod page_headers;
 // Running on a real host: the CLI over the API, start-up checks (issue 24).
