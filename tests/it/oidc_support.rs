@@ -79,6 +79,8 @@ impl Provider {
             let _ = child.start_kill();
             panic!("{script} did not start; run scripts/ensure-oidc-provider");
         };
+        // Keep reading: a provider writing to a closed pipe dies (EPIPE).
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         let issuer = serde_json::from_str::<serde_json::Value>(&line).unwrap()["issuer"]
             .as_str()
             .unwrap()

@@ -126,9 +126,6 @@ impl Oidc {
             .redirect(reqwest::redirect::Policy::none())
             .timeout(Duration::from_millis(config.timeout_ms))
             .connect_timeout(Duration::from_millis(config.timeout_ms))
-            // A fresh connection per call: calls are rare (a sign-in), and
-            // a kept one the provider has since closed fails the exchange.
-            .pool_max_idle_per_host(0)
             .build()
             .map_err(|e| format!("the OpenID Connect HTTP client: {e}"))?;
         Ok(Self {
