@@ -46,7 +46,7 @@ async fn sign_in(base: &str) -> Vec<(&'static str, String)> {
             .entry(base.to_owned())
             .or_default()
             .insert("og_session".into(), session.clone());
-        let hop = again.get(&format!("{base}/approvals")).await;
+        let hop = again.get(&format!("{base}/ui/approvals")).await;
         (hop.status, hop.body)
     };
     assert_eq!(status, 200, "the session works");
