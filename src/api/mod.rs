@@ -21,8 +21,6 @@ mod access;
 mod admin;
 pub mod approvals;
 pub mod approve;
-/// OpenID Connect sign-in: `/auth/oidc/start` and the callback.
-pub mod oidc;
 mod audit_status;
 pub mod auth;
 mod claims;
@@ -33,6 +31,8 @@ pub mod error;
 mod gate;
 pub(crate) mod health;
 pub(crate) mod hooks;
+/// OpenID Connect sign-in: `/auth/oidc/start` and the callback.
+pub mod oidc;
 // The benchmark floor (POST /v1/noop).
 mod noop;
 pub mod openapi;

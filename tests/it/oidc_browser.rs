@@ -28,34 +28,54 @@ async fn a_person_signs_in_at_the_provider_in_chromium_and_approves() {
     let path = link.strip_prefix(&app.base).unwrap().to_owned();
     let issuer = provider.issuer.clone();
     let gated = &app;
-    with_browser("oidc-sign-in", &app.base, |browser: Arc<Browser>| async move {
-        browser.open(&path).await;
-        browser.wait_for("Sign in").await;
-        browser.click("a[href^='/login']").await;
-        browser.click_link("Sign in with Test IdP").await;
-        // The provider's own sign-in form.
-        eventually("the provider's sign-in form", Duration::from_secs(30), || async {
-            browser.driver_url().await.starts_with(&issuer).then_some(())
-        })
-        .await;
-        browser.fill("input[name=login]", "carol").await;
-        browser.fill("input[name=password]", "any password").await;
-        browser.click_button("Sign-in").await;
-        let card = browser.wait_for("Re-run protocol").await;
-        assert_eq!(browser.path().await, path, "back on the link");
-        assert!(card.contains("Signed in as carol"), "{card}");
-        assert_eq!(run_state(gated, "ob-1").await, "awaiting_human");
-        browser.click("button[value=approve]").await;
-        browser.wait_for("Decision recorded: approve").await;
-    })
+    with_browser(
+        "oidc-sign-in",
+        &app.base,
+        |browser: Arc<Browser>| async move {
+            browser.open(&path).await;
+            browser.wait_for("Sign in").await;
+            browser.click("a[href^='/login']").await;
+            browser.click_link("Sign in with Test IdP").await;
+            // The provider's own sign-in form.
+            eventually(
+                "the provider's sign-in form",
+                Duration::from_secs(30),
+                || async {
+                    browser
+                        .driver_url()
+                        .await
+                        .starts_with(&issuer)
+                        .then_some(())
+                },
+            )
+            .await;
+            browser.fill("input[name=login]", "carol").await;
+            browser.fill("input[name=password]", "any password").await;
+            browser.click_button("Sign-in").await;
+            let card = browser.wait_for("Re-run protocol").await;
+            assert_eq!(browser.path().await, path, "back on the link");
+            assert!(card.contains("Signed in as carol"), "{card}");
+            assert_eq!(run_state(gated, "ob-1").await, "awaiting_human");
+            browser.click("button[value=approve]").await;
+            browser.wait_for("Decision recorded: approve").await;
+        },
+    )
     .await;
     let dispatcher = app.dispatcher();
-    eventually("the approved effect to be sent", Duration::from_secs(15), || async {
-        dispatcher.dispatch_once().await.unwrap();
-        (run_state(&app, "ob-1").await == "completed").then_some(())
-    })
+    eventually(
+        "the approved effect to be sent",
+        Duration::from_secs(15),
+        || async {
+            dispatcher.dispatch_once().await.unwrap();
+            (run_state(&app, "ob-1").await == "completed").then_some(())
+        },
+    )
     .await;
-    assert_eq!(target.effect_count_for_key("support:ob-1:reply"), 1, "sent exactly once");
+    assert_eq!(
+        target.effect_count_for_key("support:ob-1:reply"),
+        1,
+        "sent exactly once"
+    );
     let actor = app
         .db
         .text("SELECT decided_by FROM challenges WHERE run_key = 'ob-1'")

@@ -28,13 +28,23 @@ async fn sign_in(mode: &str) -> (u16, String, bool) {
     let mut flow = Flow::new(&app.base);
     let start = flow.start("carol").await;
     if start.status != 303 {
-        return (start.status, start.body, flow.app_cookie("og_session").is_some());
+        return (
+            start.status,
+            start.body,
+            flow.app_cookie("og_session").is_some(),
+        );
     }
-    let callback = flow.to_callback(start.location.as_deref().unwrap()).await;
+    let callback = flow
+        .follow_to_callback(start.location.as_deref().unwrap())
+        .await;
     let hop = flow.get(&callback).await;
     let sessions = app.db.count("SELECT COUNT(*) FROM sessions").await;
     let cookie = flow.app_cookie("og_session").is_some();
-    assert_eq!(sessions > 0, cookie, "{mode}: a cookie only with a stored session");
+    assert_eq!(
+        sessions > 0,
+        cookie,
+        "{mode}: a cookie only with a stored session"
+    );
     (hop.status, hop.body, cookie)
 }
 
@@ -43,7 +53,10 @@ async fn a_good_token_and_a_rotated_key_sign_in() {
     for mode in ["good", "rotated"] {
         let (status, page, cookie) = sign_in(mode).await;
         assert_eq!(status, 200, "{mode}: {page}");
-        assert!(cookie && page.contains("Signed in as carol"), "{mode}: {page}");
+        assert!(
+            cookie && page.contains("Signed in as carol"),
+            "{mode}: {page}"
+        );
     }
 }
 

@@ -23,7 +23,11 @@ async fn signed_in(app: &TestApp, user: &str) -> Browser {
     let mut flow = Flow::new(&app.base);
     let (hop, _) = flow.sign_in(user).await;
     assert_eq!(hop.status, 200, "{}", hop.body);
-    assert!(hop.body.contains(&format!("Signed in as {user}")), "{}", hop.body);
+    assert!(
+        hop.body.contains(&format!("Signed in as {user}")),
+        "{}",
+        hop.body
+    );
     assert!(
         hop.body.contains("http-equiv=\"refresh\"") && hop.body.contains("url=/approvals"),
         "moves on by itself: {}",
@@ -52,9 +56,12 @@ async fn link(app: &TestApp, key: &str, operation: &str, requester: &str) -> Str
 async fn an_oidc_session_is_single_sign_on_and_the_approval_rules_still_hold() {
     let provider = Provider::real().await;
     let app = app_with(provider.config()).await;
-    let (_, page) = Browser::anonymous(&app).get("/login?next=%2Fapprovals").await;
+    let (_, page) = Browser::anonymous(&app)
+        .get("/login?next=%2Fapprovals")
+        .await;
     assert!(
-        page.contains("Sign in with Test IdP") && page.contains("/auth/oidc/start?next=%2Fapprovals"),
+        page.contains("Sign in with Test IdP")
+            && page.contains("/auth/oidc/start?next=%2Fapprovals"),
         "{page}"
     );
 
@@ -84,7 +91,10 @@ async fn an_oidc_session_is_single_sign_on_and_the_approval_rules_still_hold() {
     let ursula = signed_in(&app, "ursula").await;
     let own = link(&app, "o-3", "wire", "ursula").await;
     let (_, page) = ursula.get(&own).await;
-    assert!(page.contains("you may not approve a run you requested"), "{page}");
+    assert!(
+        page.contains("you may not approve a run you requested"),
+        "{page}"
+    );
     for key in ["o-2", "o-3"] {
         assert_eq!(run_state(&app, key).await, "awaiting_human", "{key}");
     }
@@ -101,7 +111,9 @@ async fn a_replayed_code_or_a_foreign_state_signs_nobody_in() {
     let app = app_with(provider.config()).await;
     let mut flow = Flow::new(&app.base);
     let start = flow.start("carol").await;
-    let callback = flow.to_callback(start.location.as_deref().unwrap()).await;
+    let callback = flow
+        .follow_to_callback(start.location.as_deref().unwrap())
+        .await;
     let in_flight = flow.app_cookie("og_oidc").unwrap();
     let first = flow.get(&callback).await;
     assert_eq!(first.status, 200, "{}", first.body);
@@ -118,7 +130,11 @@ async fn a_replayed_code_or_a_foreign_state_signs_nobody_in() {
         .insert("og_oidc".into(), in_flight.clone());
     let again = replay.get(&callback).await;
     assert_eq!(again.status, 400, "{}", again.body);
-    assert!(again.body.contains("did not accept the authorization code"), "{}", again.body);
+    assert!(
+        again.body.contains("did not accept the authorization code"),
+        "{}",
+        again.body
+    );
     assert!(replay.app_cookie("og_session").is_none());
 
     // The callback without this browser's sign-in, without a state, or
@@ -132,18 +148,33 @@ async fn a_replayed_code_or_a_foreign_state_signs_nobody_in() {
         .into_owned();
     let base = &app.base;
     let mut other = Flow::new(base);
-    let hop = other.get(&format!("{base}/auth/oidc/callback?code={code}&state=x")).await;
+    let hop = other
+        .get(&format!("{base}/auth/oidc/callback?code={code}&state=x"))
+        .await;
     assert_eq!(hop.status, 400);
-    assert!(hop.body.contains("no sign-in was started in this browser"), "{}", hop.body);
-    for query in [format!("code={code}"), format!("code={code}&state=not-the-state")] {
+    assert!(
+        hop.body.contains("no sign-in was started in this browser"),
+        "{}",
+        hop.body
+    );
+    for query in [
+        format!("code={code}"),
+        format!("code={code}&state=not-the-state"),
+    ] {
         let mut flow = Flow::new(base);
         flow.jar
             .entry(base.clone())
             .or_default()
             .insert("og_oidc".into(), in_flight.clone());
-        let hop = flow.get(&format!("{base}/auth/oidc/callback?{query}")).await;
+        let hop = flow
+            .get(&format!("{base}/auth/oidc/callback?{query}"))
+            .await;
         assert_eq!(hop.status, 400, "{query}");
-        assert!(hop.body.contains("state is missing or is not this browser"), "{}", hop.body);
+        assert!(
+            hop.body.contains("state is missing or is not this browser"),
+            "{}",
+            hop.body
+        );
         assert!(flow.app_cookie("og_session").is_none());
     }
     assert_eq!(sessions(&app).await, 1, "no session was added");

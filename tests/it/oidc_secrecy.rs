@@ -35,7 +35,7 @@ async fn sign_in(base: &str) -> Vec<(&'static str, String)> {
     let in_flight = flow.app_cookie("og_oidc").expect("the sign-in cookie");
     let payload = in_flight.split('.').next().unwrap();
     let pending: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).unwrap()).unwrap();
-    let callback = flow.to_callback(&authorize).await;
+    let callback = flow.follow_to_callback(&authorize).await;
     let hop = flow.get(&callback).await;
     assert_eq!(hop.status, 200, "{}", hop.body);
     let session = flow.app_cookie("og_session").expect("a session");
@@ -54,7 +54,10 @@ async fn sign_in(base: &str) -> Vec<(&'static str, String)> {
         ("state", query(&authorize, "state")),
         ("nonce", query(&authorize, "nonce")),
         ("code challenge", query(&authorize, "code_challenge")),
-        ("PKCE verifier", pending["verifier"].as_str().unwrap().to_owned()),
+        (
+            "PKCE verifier",
+            pending["verifier"].as_str().unwrap().to_owned(),
+        ),
         ("authorization code", query(&callback, "code")),
         ("sign-in cookie", in_flight),
         ("session cookie", session),
@@ -92,7 +95,10 @@ async fn oidc_secrets_are_nowhere(backend: Backend) {
     for (what, field) in [("ID token", "id_token"), ("access token", "access_token")] {
         let token = issued[field].as_str().unwrap().to_owned();
         // The signature part alone is as secret as the whole.
-        secrets.push(("token signature", token.rsplit('.').next().unwrap().to_owned()));
+        secrets.push((
+            "token signature",
+            token.rsplit('.').next().unwrap().to_owned(),
+        ));
         secrets.push((what, token));
     }
     let metrics = reqwest::get(format!("{base}/metrics"))
@@ -110,12 +116,21 @@ async fn oidc_secrets_are_nowhere(backend: Backend) {
         "the sign-in is logged (so the scan reads real logs)"
     );
     let database = dump(&db, backend, dir.path()).await;
-    assert!(holds(&database, "carol"), "the dump is real: it holds the subject");
+    assert!(
+        holds(&database, "carol"),
+        "the dump is real: it holds the subject"
+    );
     for (what, secret) in &secrets {
         assert!(secret.len() >= 16, "{what} is long enough to scan for");
         assert!(!holds(&logs, secret), "the TRACE logs hold the {what}");
-        assert!(!metrics.contains(secret.as_str()), "/metrics holds the {what}");
-        assert!(!holds(&database, secret), "the database dump holds the {what}");
+        assert!(
+            !metrics.contains(secret.as_str()),
+            "/metrics holds the {what}"
+        );
+        assert!(
+            !holds(&database, secret),
+            "the database dump holds the {what}"
+        );
     }
 }
 

@@ -69,9 +69,9 @@ impl Provider {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start node ({e}); run scripts/ensure-oidc-provider"));
+        let mut child = cmd.spawn().unwrap_or_else(|e| {
+            panic!("cannot start node ({e}); run scripts/ensure-oidc-provider")
+        });
         let stdout = child.stdout.take().unwrap();
         let mut lines = BufReader::new(stdout).lines();
         let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await;
@@ -159,10 +159,13 @@ impl Flow {
         let resp = req.send().await.unwrap();
         self.keep(&at, &resp);
         let status = resp.status().as_u16();
-        let location = resp
-            .headers()
-            .get("location")
-            .map(|l| url::Url::parse(url).unwrap().join(l.to_str().unwrap()).unwrap().to_string());
+        let location = resp.headers().get("location").map(|l| {
+            url::Url::parse(url)
+                .unwrap()
+                .join(l.to_str().unwrap())
+                .unwrap()
+                .to_string()
+        });
         let body = resp.text().await.unwrap_or_default();
         Hop {
             url: url.to_owned(),
@@ -178,7 +181,10 @@ impl Flow {
             let text = set.to_str().unwrap();
             let (pair, attributes) = text.split_once(';').unwrap_or((text, ""));
             let (name, value) = pair.split_once('=').unwrap();
-            if value.is_empty() || attributes.contains("Max-Age=0") || attributes.contains("expires=Thu, 01 Jan 1970") {
+            if value.is_empty()
+                || attributes.contains("Max-Age=0")
+                || attributes.contains("expires=Thu, 01 Jan 1970")
+            {
                 jar.remove(name.trim());
             } else {
                 jar.insert(name.trim().to_owned(), value.to_owned());
@@ -191,7 +197,9 @@ impl Flow {
     /// without its form).
     pub async fn start(&mut self, login_hint: &str) -> Hop {
         let app = self.app.clone();
-        let hop = self.get(&format!("{app}/auth/oidc/start?next=%2Fapprovals")).await;
+        let hop = self
+            .get(&format!("{app}/auth/oidc/start?next=%2Fapprovals"))
+            .await;
         if let Some(location) = &hop.location {
             let mut url = url::Url::parse(location).unwrap();
             url.query_pairs_mut().append_pair("login_hint", login_hint);
@@ -205,16 +213,19 @@ impl Flow {
 
     /// Follows redirects from `url` at the provider until one leads back
     /// to the app: that callback URL (not yet visited).
-    pub async fn to_callback(&mut self, url: &str) -> String {
+    pub async fn follow_to_callback(&mut self, url: &str) -> String {
         let mut next = url.to_owned();
         for _ in 0..12 {
             if next.starts_with(&self.app) {
                 return next;
             }
             let hop = self.get(&next).await;
-            next = hop
-                .location
-                .unwrap_or_else(|| panic!("the provider stopped at {}: {} {}", hop.url, hop.status, hop.body));
+            next = hop.location.unwrap_or_else(|| {
+                panic!(
+                    "the provider stopped at {}: {} {}",
+                    hop.url, hop.status, hop.body
+                )
+            });
         }
         panic!("too many redirects");
     }
@@ -223,7 +234,9 @@ impl Flow {
     pub async fn sign_in(&mut self, user: &str) -> (Hop, String) {
         let start = self.start(user).await;
         assert_eq!(start.status, 303, "the sign-in starts: {}", start.body);
-        let callback = self.to_callback(start.location.as_deref().unwrap()).await;
+        let callback = self
+            .follow_to_callback(start.location.as_deref().unwrap())
+            .await;
         (self.get(&callback).await, callback)
     }
 }

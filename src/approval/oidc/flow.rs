@@ -123,7 +123,11 @@ impl Oidc {
             ));
         }
         // RFC 9207: an answer from another provider (mix-up) is refused.
-        if callback.iss.as_ref().is_some_and(|iss| *iss != self.config.issuer) {
+        if callback
+            .iss
+            .as_ref()
+            .is_some_and(|iss| *iss != self.config.issuer)
+        {
             return Err(OidcError::Refused("the answer names another issuer".into()));
         }
         if let Some(error) = callback.error {
@@ -164,7 +168,7 @@ impl Oidc {
             .await
             .map_err(|e| match e {
                 RequestTokenError::ServerResponse(r) => {
-                    OidcError::Exchange(printable(&r.error().to_string()))
+                    OidcError::Exchange(printable(r.error().as_ref()))
                 }
                 RequestTokenError::Request(_) => {
                     OidcError::ProviderDown("the token endpoint did not answer".into())
@@ -214,8 +218,8 @@ impl Oidc {
         if let Some(expected) = claims.access_token_hash() {
             let alg = id_token.signing_alg().map_err(|_| None)?;
             let key = id_token.signing_key(&verifier).map_err(|_| None)?;
-            let actual = AccessTokenHash::from_token(response.access_token(), alg, key)
-                .map_err(|_| None)?;
+            let actual =
+                AccessTokenHash::from_token(response.access_token(), alg, key).map_err(|_| None)?;
             if actual != *expected {
                 return Err(None);
             }
