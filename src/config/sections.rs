@@ -115,13 +115,7 @@ impl ServerConfig {
             let url = url::Url::parse(base).map_err(|e| {
                 ConfigError::field("server.public_base_url", format!("not a URL: {e}"))
             })?;
-            let loopback = match url.host() {
-                Some(url::Host::Domain(d)) => d == "localhost",
-                Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-                Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-                None => false,
-            };
-            if url.scheme() != "https" && !(url.scheme() == "http" && loopback) {
+            if !crate::approval::oidc::config::https_or_loopback(&url) {
                 return Err(ConfigError::field(
                     "server.public_base_url",
                     "must be https (plain http only for loopback development): approval links are bearer credentials",

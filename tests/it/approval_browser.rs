@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::approvals::{claim, gate, gated_app, run_state};
+use crate::approvals::{claim, gate, gated_app, run_state, sent_once};
 use crate::harness::{eventually, Backend};
 
 /// A chromedriver process and one headless Chromium session.
@@ -230,21 +230,7 @@ async fn a_person_approves_in_the_browser_and_the_effect_goes_out_once() {
     );
     browser.click("button[value=approve]").await;
     browser.text_with("Decision recorded: approve").await;
-    let dispatcher = app.dispatcher();
-    eventually(
-        "the approved effect to be sent",
-        Duration::from_secs(15),
-        || async {
-            dispatcher.dispatch_once().await.unwrap();
-            (run_state(&app, "b-1").await == "completed").then_some(())
-        },
-    )
-    .await;
-    assert_eq!(
-        target.effect_count_for_key("support:b-1:reply"),
-        1,
-        "sent exactly once"
-    );
+    sent_once(&app, &target, "b-1").await;
     browser.go(&link).await;
     // The used link says so.
     browser.text_with("approved by alice").await;

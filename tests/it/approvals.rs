@@ -329,6 +329,26 @@ pub(crate) async fn outbox_rows(app: &TestApp, key: &str) -> i64 {
         .await
 }
 
+/// Drives the dispatcher until `support/<key>` completes; its reply went
+/// to the target exactly once.
+pub(crate) async fn sent_once(app: &TestApp, target: &MockTarget, key: &str) {
+    let dispatcher = app.dispatcher();
+    eventually(
+        "the approved effect to be sent",
+        Duration::from_secs(15),
+        || async {
+            dispatcher.dispatch_once().await.unwrap();
+            (run_state(app, key).await == "completed").then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        target.effect_count_for_key(&format!("support:{key}:reply")),
+        1,
+        "sent exactly once"
+    );
+}
+
 pub(crate) async fn run_state(app: &TestApp, key: &str) -> String {
     let (_, run) = app.get_run("support", key).await;
     run["state"].as_str().unwrap_or_default().to_owned()

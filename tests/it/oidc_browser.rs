@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::approvals::{claim, gate, gated_app_with, run_state};
+use crate::approvals::{claim, gate, gated_app_with, run_state, sent_once};
 use crate::browser::{with_browser, Browser};
 use crate::harness::{eventually, Backend};
 use crate::oidc_support::Provider;
@@ -61,21 +61,7 @@ async fn a_person_signs_in_at_the_provider_in_chromium_and_approves() {
         },
     )
     .await;
-    let dispatcher = app.dispatcher();
-    eventually(
-        "the approved effect to be sent",
-        Duration::from_secs(15),
-        || async {
-            dispatcher.dispatch_once().await.unwrap();
-            (run_state(&app, "ob-1").await == "completed").then_some(())
-        },
-    )
-    .await;
-    assert_eq!(
-        target.effect_count_for_key("support:ob-1:reply"),
-        1,
-        "sent exactly once"
-    );
+    sent_once(&app, &target, "ob-1").await;
     let actor = app
         .db
         .text("SELECT decided_by FROM challenges WHERE run_key = 'ob-1'")

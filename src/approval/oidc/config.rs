@@ -161,17 +161,22 @@ impl OidcConfig {
     }
 }
 
-/// An issuer is an https URL (plain http only on loopback), without a
-/// query or fragment.
-fn check_issuer(issuer: &str) -> Result<(), String> {
-    let url = url::Url::parse(issuer).map_err(|e| format!("not a URL: {e}"))?;
+/// Whether `url` is https, or plain http to a loopback host (development).
+pub fn https_or_loopback(url: &url::Url) -> bool {
     let loopback = match url.host() {
         Some(url::Host::Domain(d)) => d == "localhost",
         Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
         Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
         None => false,
     };
-    if url.scheme() != "https" && !(url.scheme() == "http" && loopback) {
+    url.scheme() == "https" || (url.scheme() == "http" && loopback)
+}
+
+/// An issuer is an https URL (plain http only on loopback), without a
+/// query or fragment.
+fn check_issuer(issuer: &str) -> Result<(), String> {
+    let url = url::Url::parse(issuer).map_err(|e| format!("not a URL: {e}"))?;
+    if !https_or_loopback(&url) {
         return Err("must be https (plain http only for a provider on loopback)".into());
     }
     if url.query().is_some() || url.fragment().is_some() {
