@@ -262,3 +262,19 @@ fn output_keep_fields_must_name_fields_the_schema_declares() {
         "{err}"
     );
 }
+
+#[test]
+fn an_oidc_section_is_checked_at_load_and_needs_a_public_base() {
+    let section =
+        "[approvals.oidc]\nissuer = \"https://id.example.com\"\nclient_id = \"oncegate\"\n";
+    let ok = load_text(section, &[]).unwrap();
+    assert_eq!(ok.approvals.oidc.unwrap().client_id, "oncegate");
+    let away = format!("[server]\nlisten = \"0.0.0.0:8080\"\n\n{section}");
+    let err = load_text(&away, &[]).unwrap_err().to_string();
+    assert!(err.contains("server.public_base_url"), "{err}");
+    let none = format!("{section}algorithms = [\"none\"]\n");
+    let err = load_text(&none, &[]).unwrap_err().to_string();
+    assert!(err.contains("approvals.oidc.algorithms"), "{err}");
+    let typo = format!("{section}client_secrt = \"x\"\n");
+    assert!(load_text(&typo, &[]).is_err(), "unknown fields are refused");
+}
