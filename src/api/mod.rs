@@ -24,6 +24,7 @@ pub mod approve;
 mod audit_status;
 pub mod auth;
 mod claims;
+pub mod client;
 mod deadletters;
 mod deliveries;
 mod effects;
