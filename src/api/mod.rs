@@ -37,6 +37,7 @@ mod noop;
 pub mod openapi;
 mod part_errors;
 mod proxy;
+pub mod records;
 pub mod runs;
 // The request span and the duration histogram.
 pub mod telemetry;
