@@ -212,24 +212,13 @@ fn client(ca: &[u8], port: u16, from: [u8; 4]) -> reqwest::Client {
 
 /// The `client` the request log shows for the request with `correlation`.
 fn logged_client(log: &Path, correlation: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        let found = text
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .find(|e| {
-                e["message"] == "request finished" && e["span"]["correlation_id"] == correlation
-            });
-        if let Some(event) = found {
-            return event["span"]["client"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-        }
-        assert!(Instant::now() < deadline, "no log line for {correlation}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let line = logs::log_line(log, Duration::from_secs(10), |e| {
+        e["message"] == "request finished" && e["span"]["correlation_id"] == correlation
+    });
+    line["span"]["client"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 fn config_extra(public: &str, target: &MockTarget, approver_digest: &str) -> String {
