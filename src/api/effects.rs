@@ -162,8 +162,7 @@ pub struct EffectView {
     pub last_error: Option<String>,
     /// Attempt history (listing only).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    #[schema(value_type = Vec<Object>)]
-    pub history: Vec<crate::outbox::AttemptView>,
+    pub history: Vec<super::records::AttemptItem>,
 }
 
 impl From<Effect> for EffectView {
@@ -207,7 +206,7 @@ pub(super) async fn list(
         effects
             .into_iter()
             .map(|(effect, history)| EffectView {
-                history,
+                history: super::records::views(history),
                 ..EffectView::from(effect)
             })
             .collect(),

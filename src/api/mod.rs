@@ -24,6 +24,7 @@ pub mod approve;
 mod audit_status;
 pub mod auth;
 mod claims;
+pub mod client;
 mod deadletters;
 mod deliveries;
 mod effects;
@@ -38,6 +39,7 @@ mod noop;
 pub mod openapi;
 mod part_errors;
 mod proxy;
+pub mod records;
 pub mod runs;
 // The request span and the duration histogram.
 pub mod telemetry;

@@ -1,7 +1,8 @@
 //! One span and one duration sample per HTTP request.
 //!
 //! The span carries the method, the matched route template (never the raw
-//! path or query, which may hold keys), the correlation id, and, once a
+//! path or query, which may hold keys), the correlation id, the client's
+//! address (the peer, or what a trusted proxy passed: [`super::client`]), and, once a
 //! handler knows them, the run's namespace, key and fencing version (see
 //! [`record_run`]). The correlation id comes from a well-formed
 //! `X-Correlation-Id` header or is generated; it is echoed in the response,
@@ -9,15 +10,17 @@
 //! run's correlation id when a claim names none, so the dispatch of the
 //! run's effects logs under the same id.
 
+use std::net::SocketAddr;
 use std::time::Instant;
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{ConnectInfo, MatchedPath, Request, State};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::middleware::Next;
 use axum::response::Response;
 use tracing::field::Empty;
 use tracing::Instrument;
 
+use super::client::client_address;
 use crate::state::AppState;
 
 /// The correlation id header, read and echoed.
@@ -72,6 +75,12 @@ pub(crate) async fn observe(State(app): State<AppState>, mut req: Request, next:
         .to_owned();
     let method = req.method().clone();
     let correlation = correlation_id(req.headers());
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0);
+    let client = client_address(peer, req.headers(), &app.config.server.trusted_proxies)
+        .map_or_else(String::new, |ip| ip.to_string());
     req.extensions_mut()
         .insert(CorrelationId(correlation.clone()));
     let span = tracing::info_span!(
@@ -79,6 +88,7 @@ pub(crate) async fn observe(State(app): State<AppState>, mut req: Request, next:
         method = %method,
         route = %route,
         correlation_id = %correlation,
+        client = %client,
         namespace = Empty,
         key = Empty,
         version = Empty,

@@ -60,7 +60,10 @@ pub async fn run(command: AuditCommand, remote: &Remote, config: &Config) -> Res
 
 async fn run_verify(store: &SharedStore, namespace: Option<&str>, json: bool) -> Result<()> {
     let started = SystemClock.now_ms();
-    let report = verify(store.as_ref(), namespace).await?;
+    let spinner = super::progress::spinner("verifying the audit chains");
+    let report = verify(store.as_ref(), namespace).await;
+    spinner.finish_and_clear();
+    let report = report?;
     let record = Verification::of(&report, namespace, started, SystemClock.now_ms());
     store.record_verification(&record).await?;
     if json {

@@ -14,7 +14,9 @@ use crate::ledger::storage::StoreError;
 /// PostgreSQL (the procedure is printed), or the copy failed.
 pub async fn run(file: &Path, config: &Config) -> Result<()> {
     let store = super::open(config).await?;
+    let spinner = super::progress::spinner(&format!("copying the database to {}", file.display()));
     let result = store.backup(file).await;
+    spinner.finish_and_clear();
     store.close().await;
     match result {
         Ok(()) => {

@@ -30,7 +30,7 @@ pub struct ReplayArgs {
 }
 
 /// `name@version` as the API's `{name, version}`.
-fn transform(text: &str) -> Result<Value> {
+pub(super) fn transform(text: &str) -> Result<Value> {
     let Some((name, version)) = text.rsplit_once('@') else {
         bail!("--transform takes NAME@VERSION (fix-currency@2), not {text:?}");
     };

@@ -170,6 +170,10 @@ pub struct BulkArgs {
     /// Return once the job is created instead of showing its progress.
     #[arg(long)]
     no_wait: bool,
+    /// Replay after a fix: every item's failed effect corrected by this
+    /// declared transform, NAME@VERSION (`[[dead_letters.transforms]]`).
+    #[arg(long, value_name = "NAME@VERSION")]
+    transform: Option<String>,
 }
 
 /// Runs `dlq bulk`: the dry run, then (with --execute) the job.
@@ -178,6 +182,12 @@ pub struct BulkArgs {
 /// A bad selection, or the server could not be reached or refused it.
 pub(super) async fn bulk(client: &Client, b: BulkArgs, json_out: bool) -> Result<()> {
     let criteria = filter_query(&b.filter);
+    // A malformed --transform is refused before anything is asked.
+    let fix = b
+        .transform
+        .as_deref()
+        .map(super::dlq_fix::transform)
+        .transpose()?;
     let selection = match (b.ids.is_empty(), criteria.is_empty()) {
         (false, true) => json!({ "ids": b.ids }),
         (true, false) => json!({ "filter": criteria.into_iter().map(|(k, v)| (k.to_owned(), Value::String(v))).collect::<serde_json::Map<_, _>>() }),
@@ -206,8 +216,11 @@ pub(super) async fn bulk(client: &Client, b: BulkArgs, json_out: bool) -> Result
         .context("--execute needs --rate N (items per second)")?;
     let reason = b.reason.context("--execute needs --reason TEXT")?;
     // The job replays exactly the ids the dry run showed.
-    let body =
+    let mut body =
         json!({ "selection": { "ids": dry["ids"] }, "reason": reason, "rate_per_sec": rate });
+    if let Some(t) = fix {
+        body["fix"] = json!({ "transform": t });
+    }
     let job = client.post("/v1/replay-jobs", &body).await?;
     let id = text(&job["id"]);
     println!("\njob {id} started at {rate}/s; stop it with `oncegate dlq jobs stop {id}`");

@@ -30,6 +30,7 @@ mod dlq_fix;
 mod dlq_jobs;
 mod dlq_show;
 mod lab;
+mod progress;
 mod proxy;
 mod recovery;
 mod remote;

@@ -3,7 +3,7 @@
 //! The parts' sections (`[dispatcher]`, `[[targets]]`, `[[sources]]`,
 //! `[retention]`…) live beside their parts and check themselves there.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +26,11 @@ pub struct ServerConfig {
     /// (`https://…`; plain http only on loopback). Default: the listen
     /// address when it is loopback.
     pub public_base_url: Option<String>,
+    /// The TLS proxy's addresses: from these peers `X-Forwarded-For` (or
+    /// `X-Real-IP`) names the client in the request log; from any other
+    /// peer those headers are ignored and the client is the peer
+    /// (docs/tls.md). Empty: the client is always the peer.
+    pub trusted_proxies: Vec<IpAddr>,
     /// A client must send a request's whole head (request line and
     /// headers) within this long of the connection opening or the previous
     /// response, in milliseconds, or its connection is closed.
@@ -164,6 +169,7 @@ impl Default for ServerConfig {
             request_timeout_ms: 30_000,
             shutdown_grace_ms: 30_000,
             public_base_url: None,
+            trusted_proxies: Vec::new(),
             header_read_timeout_ms: 10_000,
             body_read_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,

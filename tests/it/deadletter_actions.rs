@@ -94,6 +94,7 @@ async fn resolve_ends_the_run_failed_terminal(backend: Backend) {
         (Some(false), Some("failed_terminal"))
     );
     let (_, detail) = get(&app, &format!("/v1/dead-letters/{id}"), &app.operator).await;
+    crate::harness::assert_times_rfc3339(&detail);
     let last = detail["timeline"]
         .as_array()
         .unwrap()
@@ -333,6 +334,7 @@ async fn replacement_takes_a_new_key_linked_both_ways(backend: Backend) {
         .await;
         assert_eq!(links[0]["replaced_by_key"], "order:1:v2", "{key}: {links}");
         assert_eq!(links[0]["key"], "order:1:v1");
+        crate::harness::assert_times_rfc3339(&links);
     }
     dispatch_until(&app, "order:1:v2", "completed").await;
     assert_eq!(

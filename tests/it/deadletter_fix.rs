@@ -425,3 +425,39 @@ async fn the_console_shows_the_request_and_replays_with_a_transform(backend: Bac
     assert_eq!(body["to"], "b@example.com");
     app.stop().await;
 }
+
+/// `oncegate dlq bulk --transform NAME@VERSION --execute` starts a job
+/// whose fix is that transform; a malformed one is refused before anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_starts_a_bulk_replay_job_with_a_transform() {
+    let (_mock, app) = refused_with_422(Backend::Sqlite, "cli1").await;
+    let id = id_of(&app, "cli1").await;
+    let cli = |extra: &[&str]| {
+        let mut args = vec![
+            "dlq",
+            "bulk",
+            "--id",
+            id.as_str(),
+            "--execute",
+            "--rate",
+            "5",
+        ];
+        args.extend_from_slice(&["--reason", "address fixed", "--no-wait"]);
+        args.extend_from_slice(extra);
+        args.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let bad = cli(&["--transform", "fix-to"]);
+    let bad: Vec<&str> = bad.iter().map(String::as_str).collect();
+    let (ok, _, err) = crate::harness::oncegate_cli(&app.base, &app.operator, &bad).await;
+    assert!(!ok && err.contains("NAME@VERSION"), "{err}");
+    let (_, jobs) = get(&app, "/v1/replay-jobs", &app.operator).await;
+    assert_eq!(jobs.as_array().map(Vec::len), Some(0), "{jobs}");
+    let good = cli(&["--transform", "fix-to@2"]);
+    let good: Vec<&str> = good.iter().map(String::as_str).collect();
+    let (ok, out, err) = crate::harness::oncegate_cli(&app.base, &app.operator, &good).await;
+    assert!(ok, "{out}{err}");
+    let (_, jobs) = get(&app, "/v1/replay-jobs", &app.operator).await;
+    assert_eq!(jobs[0]["fix"]["transform"], "fix-to@2", "{jobs}");
+    crate::harness::assert_times_rfc3339(&jobs);
+    app.stop().await;
+}

@@ -186,6 +186,7 @@ async fn sends_once_with_key_version_and_completes_the_run(backend: Backend) {
     let (_, listed) = get_effects(&app, "c1").await;
     assert_eq!(listed[0]["state"], "completed");
     assert_eq!(listed[0]["history"][0]["class"], "success");
+    crate::harness::assert_times_rfc3339(&listed);
     app.stop().await;
 }
 

@@ -605,3 +605,33 @@ pub async fn oncegate_cli(base: &str, token: &str, args: &[&str]) -> (bool, Stri
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     (out.status.success(), text(&out.stdout), text(&out.stderr))
 }
+
+/// Every point in time in an API answer is an RFC 3339 string: each
+/// non-null field named `at` or ending in `_at`, at any depth (durations
+/// such as `lease_ms` are not times and stay numbers).
+pub fn assert_times_rfc3339(answer: &Value) {
+    fn walk(value: &Value, path: &str) {
+        match value {
+            Value::Object(map) => {
+                for (name, v) in map {
+                    let here = format!("{path}.{name}");
+                    if (name == "at" || name.ends_with("_at")) && !v.is_null() {
+                        let text = v
+                            .as_str()
+                            .unwrap_or_else(|| panic!("{here} is {v}, not RFC 3339"));
+                        chrono::DateTime::parse_from_rfc3339(text)
+                            .unwrap_or_else(|e| panic!("{here} = {text:?}: {e}"));
+                    }
+                    walk(v, &here);
+                }
+            }
+            Value::Array(items) => {
+                for (i, v) in items.iter().enumerate() {
+                    walk(v, &format!("{path}[{i}]"));
+                }
+            }
+            _ => {}
+        }
+    }
+    walk(answer, "$");
+}

@@ -45,18 +45,27 @@ pub(crate) fn start_on(config: &Path, dir: &Path, log: &Path, listen: &str) -> (
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).unwrap());
     let child = Running(cmd.spawn().expect("spawn oncegate"));
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let listening = log_line(log, Duration::from_secs(60), |e| {
+        e["message"] == "oncegate listening"
+    });
+    let addr = listening["address"].as_str().unwrap().to_owned();
+    (child, format!("http://{addr}"))
+}
+
+/// The first JSON line of `log` that `matches`, waiting up to `timeout`
+/// for it (the log file is written by another process).
+pub(crate) fn log_line(log: &Path, timeout: Duration, matches: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + timeout;
     loop {
         let text = std::fs::read_to_string(log).unwrap_or_default();
-        let listening = text
+        let found = text
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .find(|e| e["message"] == "oncegate listening");
-        if let Some(event) = listening {
-            let addr = event["address"].as_str().unwrap().to_owned();
-            return (child, format!("http://{addr}"));
+            .find(|e| matches(e));
+        if let Some(event) = found {
+            return event;
         }
-        assert!(Instant::now() < deadline, "oncegate did not start:\n{text}");
+        assert!(Instant::now() < deadline, "no such log line:\n{text}");
         std::thread::sleep(Duration::from_millis(50));
     }
 }

@@ -49,6 +49,8 @@ mod page_headers;
 // Running on a real host: the CLI over the API, start-up checks (issue 24).
 mod operable;
 mod process;
+// TLS in front: Debian's nginx with deploy/nginx/oncegate.conf (docs/tls.md).
+mod tls_proxy;
 // The Idempotency-Key proxy (issue 21).
 mod proxy;
 mod recovery;

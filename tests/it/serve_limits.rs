@@ -424,6 +424,11 @@ async fn the_database_and_its_backup_are_readable_by_the_owner_only() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(mode(&dir.join("copy.db")), 0o600);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("copying the database"),
+        "no progress spinner into a pipe: {stderr}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::super::error::{ApiError, Result};
+use super::super::records::{views, RunLinkView};
 use super::super::runs::{optional_text, RunRef, RunView};
 use super::super::{ApiJson, Caller};
 use super::fix::{FixFields, TransformRef};
@@ -16,7 +17,7 @@ use super::{refused, DeadLetterView};
 use crate::deadletter::correct::CorrectionError;
 use crate::deadletter::fix::replay_fixed;
 use crate::deadletter::replay::{replace_one, replay_one, ReplayError};
-use crate::deadletter::{ActionOutcome, ReplayCommand, Resolution, ResolveCommand, RunLink};
+use crate::deadletter::{ActionOutcome, ReplayCommand, Resolution, ResolveCommand};
 use crate::ledger::IdempotencyKey;
 use crate::state::AppState;
 
@@ -336,13 +337,15 @@ pub(in crate::api) async fn assign(
 /// Replacement links from or to a run.
 #[utoipa::path(get, path = "/v1/runs/links", tag = "dead letters", params(RunRef),
     security(("bearer" = [])),
-    responses((status = 200, description = "Links, oldest first", body = [Object])))]
+    responses((status = 200, description = "Links, oldest first", body = [RunLinkView])))]
 pub(in crate::api) async fn links(
     State(app): State<AppState>,
     caller: Caller,
     crate::api::ApiQuery(query): crate::api::ApiQuery<RunRef>,
-) -> Result<Json<Vec<RunLink>>> {
+) -> Result<Json<Vec<RunLinkView>>> {
     let (ns, key) = query.parse(&app, &caller)?;
     crate::api::access::sql_tier(&app, &ns, "dead letters and their links")?;
-    Ok(Json(app.store.run_links(ns.as_str(), key.as_str()).await?))
+    Ok(Json(views(
+        app.store.run_links(ns.as_str(), key.as_str()).await?,
+    )))
 }

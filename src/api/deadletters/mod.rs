@@ -13,10 +13,11 @@ use utoipa::ToSchema;
 use super::auth;
 use super::effects::EffectView;
 use super::error::{ApiError, Result};
+use super::records::{views, AuditEventView, RunLinkView};
 use super::runs::RunView;
 use crate::clock::to_datetime;
 use crate::deadletter::filter::Criteria;
-use crate::deadletter::{Cursor, Refusal, RunLink};
+use crate::deadletter::{Cursor, Refusal};
 use crate::ledger::{IdempotencyKey, Namespace};
 use crate::state::AppState;
 
@@ -134,11 +135,9 @@ pub struct DeadLetterDetail {
     /// The run's effects with their attempt history now.
     pub effects: Vec<EffectView>,
     /// The run's audit trail, in chain order.
-    #[schema(value_type = Vec<Object>)]
-    pub timeline: Vec<crate::audit::AuditRecord>,
+    pub timeline: Vec<AuditEventView>,
     /// Replacement links from or to the run.
-    #[schema(value_type = Vec<Object>)]
-    pub links: Vec<RunLink>,
+    pub links: Vec<RunLinkView>,
     /// The stored delivery it is about, if any.
     pub raw_event: Option<RawEventView>,
 }
@@ -168,7 +167,7 @@ pub(super) async fn show(
     for effect in app.store.effects_of(&ns, &key).await? {
         let history = app.store.attempts(&effect.id).await?;
         effects.push(EffectView {
-            history,
+            history: views(history),
             ..EffectView::from(effect)
         });
     }
@@ -185,8 +184,8 @@ pub(super) async fn show(
         None => None,
     };
     Ok(Json(DeadLetterDetail {
-        timeline: app.store.audit_trail(&ns, &key).await?,
-        links: app.store.run_links(ns.as_str(), key.as_str()).await?,
+        timeline: views(app.store.audit_trail(&ns, &key).await?),
+        links: views(app.store.run_links(ns.as_str(), key.as_str()).await?),
         run: run.map(RunView::from),
         effects,
         raw_event,

@@ -157,7 +157,7 @@ impl DeadLetterView {
             .map(|r| as_sent(r, &dl.namespace, &dl.key, targets));
         Self {
             detail: Some(detail),
-            attempts: Some(attempts),
+            attempts: Some(crate::api::records::stored_times(attempts)),
             last_evidence: evidence,
             last_request: request,
             ..Self::summary(dl, config, now)
