@@ -38,6 +38,7 @@ mod part_errors;
 mod proxy;
 pub mod runs;
 // The request span and the duration histogram.
+mod targets;
 pub mod telemetry;
 mod timeline;
 mod tokens;
@@ -45,6 +46,7 @@ mod tokens;
 pub use admin::SwitchView;
 pub use error::{ApiError, Problem};
 pub use runs::RunView;
+pub use targets::TargetView;
 
 /// The JSON resources, each behind its own scope check. The root router
 /// ([`crate::app::router`]) merges them with the other routes and adds the
@@ -55,6 +57,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .merge(runs::router(state.clone()))
         .merge(effects::router(state.clone()))
         .merge(admin::router(state.clone()))
+        .merge(targets::router(state.clone()))
         .merge(deadletters::router(state.clone()))
         .merge(deliveries::router(state.clone()))
         .merge(timeline::router(state.clone()))

@@ -28,6 +28,8 @@ pub struct Leased {
     pub correlation_id: String,
     /// When the first attempt was sent, if one was.
     pub first_sent_at: Option<Millis>,
+    /// This effect is its paused target's one half-open probe.
+    pub probe: bool,
 }
 
 impl Leased {
@@ -96,6 +98,13 @@ pub enum Verdict {
     },
     /// Not sent (the kill switch was engaged): back to `pending` unchanged.
     Release,
+    /// Its target is paused or disabled: back to `pending`, due at `at`,
+    /// and the attempt (if one was made: the transient failure that
+    /// tripped the pause, or the 410) spends none of the retry budget.
+    Held {
+        /// When it is due again (the lease waits for the target anyway).
+        at: Millis,
+    },
 }
 
 impl Verdict {
@@ -104,7 +113,7 @@ impl Verdict {
     pub fn state(&self) -> &'static str {
         match self {
             Self::Completed { .. } => "completed",
-            Self::Retry { .. } | Self::Release => "pending",
+            Self::Retry { .. } | Self::Release | Self::Held { .. } => "pending",
             Self::Unknown { .. }
             | Self::Failed {
                 class: FailClass::UnknownOutcome,
@@ -234,6 +243,7 @@ mod tests {
             run_version: 2,
             correlation_id: "c".into(),
             first_sent_at: Some(0),
+            probe: false,
         }
     }
 

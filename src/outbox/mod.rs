@@ -24,6 +24,7 @@ pub mod dispatcher;
 pub mod dispatcher_config;
 pub mod effect_check;
 pub mod egress;
+pub mod health;
 pub mod killswitch;
 pub mod moves;
 // The dispatch span and counts.

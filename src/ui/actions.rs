@@ -104,6 +104,7 @@ pub async fn show(
             }
         }
         p.note { "While actions are disabled for a scope, its effects wait in the outbox (held) and nothing is sent; effects already being sent finish. Enabling releases them: each is sent once, under its idempotency key." }
+        p.note { "Targets paused or disabled by their own failures (429, 503, 410) are on " a href="/ui/targets" { "Targets" } "." }
         @if !admin { p.flash.warn { "You can read the switches; changing them needs the admin scope." } }
         div.scroll { table {
             thead { tr { th scope="col" { "Scope" } th scope="col" { "Actions" } th.num scope="col" { "Held" }

@@ -58,6 +58,7 @@ mod sessions;
 // Outbound signing, checked by the official Standard Webhooks verifier.
 mod signing;
 mod target;
+mod target_health;
 mod tokens;
 // The operator console.
 mod browser;

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::dispatcher_config::DispatcherConfig;
+use super::health::HealthView;
 use super::killswitch::KillSwitch;
 use super::observe;
 use super::port::OutboxStore;
@@ -28,6 +29,7 @@ use crate::ledger::storage::StoreError;
 use crate::metrics::Metrics;
 
 mod decide;
+mod health;
 mod lease;
 mod record;
 
@@ -88,6 +90,8 @@ pub struct Dispatcher {
     /// Turns which target a lease serves first.
     turn: AtomicUsize,
     switch: KillSwitch,
+    /// The targets' health as last read (the lease reads the table itself).
+    health: HealthView,
     clock: SharedClock,
     metrics: Arc<Metrics>,
     config: DispatcherConfig,
@@ -153,6 +157,7 @@ impl Dispatcher {
         );
         Ok(Self {
             switch,
+            health: HealthView::new(store.clone()),
             store,
             targets,
             shares,
