@@ -13,6 +13,33 @@ pub struct TargetRoom {
     pub target: String,
     /// Most of its effects to lease.
     pub limit: i64,
+    /// The target's limits for every instance together (PostgreSQL; a
+    /// single SQLite node keeps them in process).
+    pub cluster: ClusterLimits,
+}
+
+/// A target's rate and concurrency, held across every instance.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClusterLimits {
+    /// Most leases per second (0 = unlimited).
+    pub rate_per_second: u32,
+    /// Most effects in flight (`sending`) at once (0 = unlimited).
+    pub concurrency: u32,
+}
+
+impl ClusterLimits {
+    /// The limits `target` configures.
+    pub fn of(target: &super::TargetConfig) -> Self {
+        Self {
+            rate_per_second: target.rate_per_second,
+            concurrency: target.concurrency,
+        }
+    }
+
+    /// Whether anything is limited.
+    pub fn any(self) -> bool {
+        self.rate_per_second > 0 || self.concurrency > 0
+    }
 }
 
 /// An effect leased for sending, with what the send needs from its run.

@@ -15,6 +15,7 @@ mod audit_seals;
 mod backup;
 mod body_window;
 mod claim_batches;
+mod cluster_limits;
 mod conformance;
 mod deadletter_actions;
 mod deadletter_cli;

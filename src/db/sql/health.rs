@@ -29,6 +29,24 @@ pub struct HealthStatements {
     pub claim_probe: String,
     /// Gives a probe back that found nothing to send. Binds: target, owner.
     pub unclaim_probe: String,
+    /// The cluster-wide rate and concurrency (PostgreSQL only).
+    pub limits: Option<LimitStatements>,
+}
+
+/// The statements of the cluster-wide limits, run in the lease
+/// transaction: the target's bucket row is locked first, so every other
+/// lease of the target (on any instance) waits for this one to commit.
+#[derive(Debug, Clone)]
+pub struct LimitStatements {
+    /// Adds a full bucket for a target that has none. Binds: target,
+    /// tokens_milli, now.
+    pub ensure: String,
+    /// The target's bucket, locked. Binds: target.
+    pub lock: String,
+    /// The target's effects in flight now, every instance's. Binds: target.
+    pub in_flight: String,
+    /// Stores the bucket after the lease. Binds: target, tokens_milli, refilled_at.
+    pub spend: String,
 }
 
 impl HealthStatements {
@@ -67,6 +85,19 @@ impl HealthStatements {
                      probe_expires_at = NULL \
                  WHERE target = $1 AND state = 'probing' AND probe_owner = $2"
                 .into(),
+            limits: (dialect == Dialect::Postgres).then(|| LimitStatements {
+                ensure: "INSERT INTO target_limits (target, tokens_milli, refilled_at) \
+                     VALUES ($1, $2, $3) ON CONFLICT (target) DO NOTHING"
+                    .into(),
+                lock: "SELECT tokens_milli, refilled_at FROM target_limits WHERE target = $1 \
+                     FOR UPDATE"
+                    .into(),
+                in_flight: "SELECT COUNT(*) FROM effects WHERE state = 'sending' AND target = $1"
+                    .into(),
+                spend: "UPDATE target_limits SET tokens_milli = $2, refilled_at = $3 \
+                     WHERE target = $1"
+                    .into(),
+            }),
         }
     }
 }

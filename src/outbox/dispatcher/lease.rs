@@ -12,7 +12,7 @@ use tracing::Instrument;
 
 use super::{Dispatcher, BATCH_GATHER, EXPIRY_EVERY};
 use crate::outbox::observe;
-use crate::outbox::{Decision, TargetRoom};
+use crate::outbox::{ClusterLimits, Decision, TargetRoom};
 
 impl Dispatcher {
     /// What each target with free share may lease now, up to `room` in
@@ -23,9 +23,15 @@ impl Dispatcher {
             .iter()
             .filter_map(|(target, share)| {
                 let free = share.free().min(room);
+                let cluster = self
+                    .targets
+                    .get(target)
+                    .map(|t| ClusterLimits::of(&t.config))
+                    .unwrap_or_default();
                 (free > 0).then(|| TargetRoom {
                     target: target.clone(),
                     limit: free as i64,
+                    cluster,
                 })
             })
             .collect();

@@ -23,7 +23,7 @@ use super::killswitch::KillSwitch;
 use super::observe;
 use super::port::OutboxStore;
 use super::sender::TargetRuntime;
-use super::{TargetConfig, TargetRoom, Verdict};
+use super::{ClusterLimits, TargetConfig, TargetRoom, Verdict};
 use crate::clock::SharedClock;
 use crate::ledger::storage::StoreError;
 use crate::metrics::Metrics;
@@ -223,10 +223,11 @@ impl Dispatcher {
         let leased_at = Instant::now();
         let rooms: Vec<TargetRoom> = self
             .targets
-            .keys()
-            .map(|target| TargetRoom {
+            .iter()
+            .map(|(target, runtime)| TargetRoom {
                 target: target.clone(),
                 limit: self.config.batch_size,
+                cluster: ClusterLimits::of(&runtime.config),
             })
             .collect();
         let leased = self

@@ -108,12 +108,19 @@ pub(super) async fn gate(
             (h.target.clone(), h)
         })
         .collect();
-    let mut open = Vec::with_capacity(rooms.len());
+    // Probes are claimed in name order (a row lock each), so two
+    // instances leasing the same targets never wait on each other in a
+    // circle; the rooms keep their order.
+    let mut sorted: Vec<&TargetRoom> = rooms.iter().collect();
+    sorted.sort_by(|a, b| a.target.cmp(&b.target));
     let mut probes = HashSet::new();
-    for room in rooms {
+    let mut closed = HashSet::new();
+    for room in sorted {
         match unhealthy.get(&room.target).map(|h| h.lease_gate(now)) {
-            None => open.push(room.clone()),
-            Some(None) | Some(Some(false)) => {}
+            None | Some(Some(false)) => {}
+            Some(None) => {
+                closed.insert(room.target.clone());
+            }
             Some(Some(true)) => {
                 let args = Args::new()
                     .bind(now)
@@ -121,16 +128,27 @@ pub(super) async fn gate(
                     .bind(owner)
                     .bind(now.saturating_add(lease_ms));
                 let claimed: Option<HealthRow> = tx.optional(&st.health.claim_probe, args).await?;
-                if claimed.is_some() {
-                    probes.insert(room.target.clone());
-                    open.push(TargetRoom {
-                        target: room.target.clone(),
-                        limit: 1,
-                    });
-                }
+                let set = if claimed.is_some() {
+                    &mut probes
+                } else {
+                    &mut closed
+                };
+                set.insert(room.target.clone());
             }
         }
     }
+    let open = rooms
+        .iter()
+        .filter(|r| !closed.contains(&r.target))
+        .map(|r| TargetRoom {
+            limit: if probes.contains(&r.target) {
+                1
+            } else {
+                r.limit
+            },
+            ..r.clone()
+        })
+        .collect();
     Ok((open, probes))
 }
 

@@ -3,6 +3,7 @@
 //! cancelled, and the kill switch; and the [`OutboxStore`] port.
 
 mod health;
+mod limits;
 mod record;
 
 pub(crate) use record::complete_run_if_done;
@@ -98,15 +99,18 @@ async fn lease(
     if let Some(plan) = &st.outbox.lease_plan {
         tx.execute(plan, Args::new()).await?;
     }
+    let mut allowances = limits::allowances(tx, &rooms).await?;
     let mut rows: Vec<EffectRow> = Vec::new();
     for TargetRoom {
         target,
         limit: target_limit,
+        ..
     } in &rooms
     {
+        let (target_limit, bucket) = allowances.remove(target).unwrap_or((*target_limit, None));
         let mut taken = 0;
         for statement in &st.outbox.lease {
-            let room = (*target_limit - taken).min(limit - rows.len() as i64);
+            let room = (target_limit - taken).min(limit - rows.len() as i64);
             if room <= 0 {
                 break;
             }
@@ -119,6 +123,9 @@ async fn lease(
             let leased: Vec<EffectRow> = tx.all(statement, args).await?;
             taken += leased.len() as i64;
             rows.extend(leased);
+        }
+        if let Some(bucket) = bucket {
+            limits::charge(tx, target, bucket, taken).await?;
         }
     }
     let idle: Vec<String> = probes
