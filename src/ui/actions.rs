@@ -144,24 +144,28 @@ pub struct Change {
 
 impl Change {
     fn parse(&self, app: &AppState) -> Result<(String, bool)> {
-        let enabled = match self.enabled.as_str() {
-            "true" => true,
-            "false" => false,
-            _ => return Err(UiError::Invalid("enabled must be true or false".into())),
-        };
+        let enabled = parse_enabled(&self.enabled)?;
         let target = (self.scope != "*").then_some(self.scope.as_str());
         let scope = scope_for(target, &app.config.targets).map_err(UiError::Invalid)?;
         Ok((scope, enabled))
     }
 }
 
-fn require_admin(viewer: &Operator) -> Result<()> {
+/// A form's `enabled` field: `true` or `false`.
+pub(super) fn parse_enabled(text: &str) -> Result<bool> {
+    match text {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(UiError::Invalid("enabled must be true or false".into())),
+    }
+}
+
+/// Refuses a viewer without the admin scope: `what` needs it.
+pub(super) fn require_admin(viewer: &Operator, what: &str) -> Result<()> {
     if viewer.has(Scope::Admin) {
         Ok(())
     } else {
-        Err(UiError::Forbidden(
-            "changing the kill switch needs the admin scope".into(),
-        ))
+        Err(UiError::Forbidden(format!("{what} needs the admin scope")))
     }
 }
 
@@ -174,7 +178,7 @@ pub async fn confirm(
     viewer: Operator,
     Query(change): Query<Change>,
 ) -> Result<Response> {
-    require_admin(&viewer)?;
+    require_admin(&viewer, "changing the kill switch")?;
     let (scope, enabled) = change.parse(&app)?;
     let line = lines(&app).await?.into_iter().find(|l| l.scope == scope);
     let pending = line.as_ref().map_or(0, |l| l.pending);
@@ -209,7 +213,7 @@ pub async fn change(
     viewer: Operator,
     Form(change): Form<Change>,
 ) -> Result<Response> {
-    require_admin(&viewer)?;
+    require_admin(&viewer, "changing the kill switch")?;
     let (scope, enabled) = change.parse(&app)?;
     viewer.check_csrf(
         &purpose("actions", &format!("{scope}:{enabled}")),

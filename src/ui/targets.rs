@@ -11,6 +11,7 @@ use axum::Form;
 use maud::{html, Markup};
 use serde::Deserialize;
 
+use super::actions::{parse_enabled, require_admin};
 use super::error::{Result, UiError};
 use super::frame::{at, badge, Nav};
 use super::purpose;
@@ -93,11 +94,7 @@ pub struct Change {
 
 impl Change {
     fn parse(&self, app: &AppState) -> Result<(String, bool)> {
-        let enabled = match self.enabled.as_str() {
-            "true" => true,
-            "false" => false,
-            _ => return Err(UiError::Invalid("enabled must be true or false".into())),
-        };
+        let enabled = parse_enabled(&self.enabled)?;
         if !app.config.targets.iter().any(|t| t.name == self.target) {
             return Err(UiError::NotFound(format!(
                 "no target is named {:?}",
@@ -105,16 +102,6 @@ impl Change {
             )));
         }
         Ok((self.target.clone(), enabled))
-    }
-}
-
-fn require_admin(viewer: &Operator) -> Result<()> {
-    if viewer.has(Scope::Admin) {
-        Ok(())
-    } else {
-        Err(UiError::Forbidden(
-            "enabling or disabling a target needs the admin scope".into(),
-        ))
     }
 }
 
@@ -127,7 +114,7 @@ pub async fn confirm(
     viewer: Operator,
     Query(change): Query<Change>,
 ) -> Result<Response> {
-    require_admin(&viewer)?;
+    require_admin(&viewer, "enabling or disabling a target")?;
     let (target, enabled) = change.parse(&app)?;
     let verb = if enabled { "Enable" } else { "Disable" };
     let body = html! {
@@ -157,7 +144,7 @@ pub async fn change(
     viewer: Operator,
     Form(change): Form<Change>,
 ) -> Result<Response> {
-    require_admin(&viewer)?;
+    require_admin(&viewer, "enabling or disabling a target")?;
     let (target, enabled) = change.parse(&app)?;
     viewer.check_csrf(
         &purpose("targets", &format!("{target}:{enabled}")),
