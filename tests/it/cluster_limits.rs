@@ -137,7 +137,7 @@ async fn three_processes_hold_a_targets_rate_together() {
     println!("rate 50/s, three processes: {busiest} requests in the busiest 10 s");
     assert!(busiest <= 550, "{busiest} in 10 s is over 55/s");
     // Not throttled far below the rate either (a loaded CI machine is slow).
-    assert!(busiest >= 250, "{busiest} in 10 s is under 25/s");
+    assert!(busiest >= 350, "{busiest} in 10 s is under 35/s");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

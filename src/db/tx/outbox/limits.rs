@@ -19,12 +19,12 @@ pub(super) struct Bucket {
     refilled_at: i64,
 }
 
-/// The bucket's size in thousandths of a send: half a second of the rate
-/// (at least one send). Large enough that leases bunched together (each
-/// instance leases about every `idle_poll_ms`) lose no refill, small
-/// enough that any window of T seconds sees at most rate·(T + ½) sends.
+/// The bucket's size in thousandths of a send: a quarter second of the
+/// rate (at least one send), so any window of T seconds sees at most
+/// rate·(T + ¼) leases. A leaser that took effects of a rate-limited target
+/// leases again within 50 ms, so the refill is not lost to a full bucket.
 fn burst_milli(rate: i64) -> i64 {
-    ((rate + 1) / 2).max(1) * 1000
+    ((rate + 3) / 4).max(1) * 1000
 }
 
 /// How many effects each limited room may lease now under the cluster's
