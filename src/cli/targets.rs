@@ -6,7 +6,7 @@ use anyhow::Result;
 use serde_json::{json, Value};
 
 use super::args::TargetsCommand;
-use super::remote::{print_table, text, Remote};
+use super::remote::{print_table, rows_of, text, Remote};
 use crate::config::Config;
 
 /// `oncegate targets …`.
@@ -33,22 +33,16 @@ pub(super) async fn run(
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
-    let rows: Vec<Vec<String>> = rows
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-        .iter()
-        .map(|t| {
-            vec![
-                text(&t["target"]),
-                text(&t["state"]).to_uppercase(),
-                text(&t["failures"]),
-                text(&t["paused_until"]),
-                text(&t["cause"]),
-                text(&t["changed_by"]),
-            ]
-        })
-        .collect();
+    let rows = rows_of(&rows, |t| {
+        vec![
+            text(&t["target"]),
+            text(&t["state"]).to_uppercase(),
+            text(&t["failures"]),
+            text(&t["paused_until"]),
+            text(&t["cause"]),
+            text(&t["changed_by"]),
+        ]
+    });
     print_table(
         &[
             "TARGET",
