@@ -42,6 +42,7 @@ mod proxy;
 pub mod records;
 pub mod runs;
 // The request span and the duration histogram.
+mod targets;
 pub mod telemetry;
 mod timeline;
 mod tokens;
@@ -49,6 +50,7 @@ mod tokens;
 pub use admin::SwitchView;
 pub use error::{ApiError, Problem};
 pub use runs::RunView;
+pub use targets::TargetView;
 
 /// The JSON resources, each behind its own scope check. The root router
 /// ([`crate::app::router`]) merges them with the other routes and adds the
@@ -59,6 +61,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .merge(runs::router(state.clone()))
         .merge(effects::router(state.clone()))
         .merge(admin::router(state.clone()))
+        .merge(targets::router(state.clone()))
         .merge(deadletters::router(state.clone()))
         .merge(deliveries::router(state.clone()))
         .merge(timeline::router(state.clone()))

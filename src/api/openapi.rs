@@ -29,6 +29,8 @@ use crate::state::AppState;
         super::effects::cancel,
         super::admin::set,
         super::admin::list,
+        super::targets::set,
+        super::targets::list,
         super::health::healthz,
         super::health::readyz,
         super::health::metrics,

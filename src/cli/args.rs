@@ -70,6 +70,19 @@ pub enum Command {
         #[command(subcommand)]
         command: ActionsCommand,
     },
+    /// Target health: list every target's state, or enable or disable
+    /// one (through the server with --url/--token).
+    Targets {
+        /// The server and an admin token (operator to list).
+        #[command(flatten)]
+        remote: Remote,
+        /// Print JSON instead of a table.
+        #[arg(long, global = true)]
+        json: bool,
+        /// What to do.
+        #[command(subcommand)]
+        command: TargetsCommand,
+    },
     /// Run (ledger) commands (through the server with --url/--token, else
     /// on the database).
     Runs {
@@ -217,6 +230,23 @@ pub enum TokensCommand {
     Revoke {
         /// The token's id, as listed.
         id: String,
+    },
+}
+
+/// `oncegate targets …`.
+#[derive(Debug, Subcommand)]
+pub enum TargetsCommand {
+    /// Every target's health: healthy, paused, probing or disabled.
+    List,
+    /// Enable a target (after a 410 or a disable): its held effects go out, each once.
+    Enable {
+        /// The target's name.
+        target: String,
+    },
+    /// Disable a target: its effects wait until it is enabled.
+    Disable {
+        /// The target's name.
+        target: String,
     },
 }
 

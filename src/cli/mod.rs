@@ -36,12 +36,14 @@ mod recovery;
 mod remote;
 mod retention;
 mod runs;
+mod targets;
 mod token;
 mod tokens;
 
 pub use args::{
     ActionsCommand, ApprovalsCommand, AuditCommand, Cli, Command, ConfigCommand, LabArgs,
-    LabCrashPoint, RecoveryCommand, RetentionCommand, RunsCommand, TokenCommand, TokensCommand,
+    LabCrashPoint, RecoveryCommand, RetentionCommand, RunsCommand, TargetsCommand, TokenCommand,
+    TokensCommand,
 };
 pub use dlq::{DlqArgs, DlqCommand, JobsCommand};
 pub use proxy::{ProxyArgs, ProxyCommand};
@@ -74,6 +76,11 @@ pub async fn run(command: Command, config: Config) -> Result<()> {
             json,
             command,
         } => actions::run(command, &remote, json, &config).await,
+        Command::Targets {
+            remote,
+            json,
+            command,
+        } => targets::run(command, &remote, json, &config).await,
         Command::Tokens {
             remote,
             json,

@@ -112,6 +112,16 @@ pub(super) fn text(v: &Value) -> String {
     }
 }
 
+/// Each element of a JSON array (none when `list` is not one) as a table row.
+pub(super) fn rows_of(list: &Value, row: impl Fn(&Value) -> Vec<String>) -> Vec<Vec<String>> {
+    list.as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(row)
+        .collect()
+}
+
 /// Prints rows as a table: a header, then each row, columns padded to
 /// their widest cell.
 pub(super) fn print_table(header: &[&str], rows: &[Vec<String>]) {

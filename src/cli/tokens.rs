@@ -7,7 +7,7 @@ use anyhow::Result;
 use serde_json::{json, Value};
 
 use super::args::TokensCommand;
-use super::remote::{print_table, text, Remote};
+use super::remote::{print_table, rows_of, text, Remote};
 use crate::config::Config;
 
 /// `oncegate tokens …`.
@@ -84,23 +84,17 @@ fn print_tokens(list: &Value) {
             |a| a.iter().map(text).collect::<Vec<_>>().join(","),
         )
     };
-    let rows: Vec<Vec<String>> = list
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-        .iter()
-        .map(|t| {
-            vec![
-                text(&t["id"]),
-                text(&t["subject"]),
-                join(&t["scopes"]),
-                join(&t["namespaces"]),
-                text(&t["source"]),
-                text(&t["expires_at"]),
-                text(&t["state"]),
-            ]
-        })
-        .collect();
+    let rows = rows_of(list, |t| {
+        vec![
+            text(&t["id"]),
+            text(&t["subject"]),
+            join(&t["scopes"]),
+            join(&t["namespaces"]),
+            text(&t["source"]),
+            text(&t["expires_at"]),
+            text(&t["state"]),
+        ]
+    });
     print_table(
         &[
             "ID",

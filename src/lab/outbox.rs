@@ -103,6 +103,7 @@ impl Dispatcher {
                 retry: budget(),
                 rate_per_second: 0,
                 concurrency: BATCH as u32,
+                health: crate::outbox::health::HealthConfig::default(),
             },
             rows: (0..events).map(|_| None).collect(),
             active: BTreeSet::new(),

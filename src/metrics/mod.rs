@@ -6,6 +6,7 @@
 //! - [`labels`]: the bounds on every label a caller can influence.
 //! - `scrape`: the gauges read from the database at scrape time.
 //! - `snapshot`: this process's counters read back, for the console.
+//! - `targets`: target health (paused, disabled, time paused).
 
 pub mod labels;
 pub mod port;
@@ -13,6 +14,7 @@ pub mod record;
 pub mod registry;
 mod scrape;
 mod snapshot;
+mod targets;
 
 pub use record::{GateDecision, ValidationFailure};
 pub use registry::{DeclaredNames, Metrics, MetricsConfig};

@@ -55,6 +55,13 @@ pub trait GaugeStore: Send + Sync + std::fmt::Debug {
     /// On database failure.
     async fn switch_states(&self) -> Result<Vec<(String, bool)>>;
 
+    /// Every target that ever left `healthy`: `(target, state, total
+    /// milliseconds paused or disabled, the current stretch included)`.
+    ///
+    /// # Errors
+    /// On database failure.
+    async fn target_health_states(&self) -> Result<Vec<(String, String, i64)>>;
+
     /// How long people took to decide (approve or reject) the challenges
     /// decided since `since`, in milliseconds, most recent first, at most
     /// `limit` of them.

@@ -124,6 +124,7 @@ pub struct Metrics {
     pub(super) dead_letters_open: IntGaugeVec,
     pub(super) dead_letter_age: GaugeVec,
     pub(super) actions_enabled: IntGaugeVec,
+    pub(super) targets: super::targets::TargetMetrics,
     /// Scrapes reset and refill the gauges; one at a time.
     pub(super) scrape: tokio::sync::Mutex<()>,
 }
@@ -339,6 +340,10 @@ impl Metrics {
                 "1 while actions are enabled for the scope (* or a target), 0 while the kill switch holds it.",
                 &["scope"],
             ),
+            targets: super::targets::TargetMetrics::new(&zeroed.targets, |name, c| {
+                b.registry.register(c).expect("each metric is registered once");
+                b.names.push(name);
+            }),
             scrape: tokio::sync::Mutex::new(()),
             bounds,
             registry: b.registry,

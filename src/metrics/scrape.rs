@@ -1,7 +1,8 @@
 //! The gauges read from the database at scrape time.
 //!
 //! Each is one cheap grouped query (see the store's `backlog`,
-//! `switch_states`, `stale_processing` and `open_dead_letters`), so the
+//! `switch_states`, `stale_processing`, `open_dead_letters` and
+//! `target_health_states`), so the
 //! numbers hold across every instance sharing the database and survive a
 //! restart. A query that fails leaves its gauges at their last values and
 //! logs a warning; `/readyz` reports the database itself.
@@ -17,6 +18,7 @@ impl Metrics {
         self.refresh_outbox(store).await;
         self.refresh_stale(store).await;
         self.refresh_dead_letters(store).await;
+        self.refresh_targets(store).await;
         self.render()
     }
 

@@ -13,6 +13,33 @@ pub struct TargetRoom {
     pub target: String,
     /// Most of its effects to lease.
     pub limit: i64,
+    /// The target's limits for every instance together (PostgreSQL; a
+    /// single SQLite node keeps them in process).
+    pub cluster: ClusterLimits,
+}
+
+/// A target's rate and concurrency, held across every instance.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClusterLimits {
+    /// Most leases per second (0 = unlimited).
+    pub rate_per_second: u32,
+    /// Most effects in flight (`sending`) at once (0 = unlimited).
+    pub concurrency: u32,
+}
+
+impl ClusterLimits {
+    /// The limits `target` configures.
+    pub fn of(target: &super::TargetConfig) -> Self {
+        Self {
+            rate_per_second: target.rate_per_second,
+            concurrency: target.concurrency,
+        }
+    }
+
+    /// Whether anything is limited.
+    pub fn any(self) -> bool {
+        self.rate_per_second > 0 || self.concurrency > 0
+    }
 }
 
 /// An effect leased for sending, with what the send needs from its run.
@@ -28,6 +55,8 @@ pub struct Leased {
     pub correlation_id: String,
     /// When the first attempt was sent, if one was.
     pub first_sent_at: Option<Millis>,
+    /// This effect is its paused target's one half-open probe.
+    pub probe: bool,
 }
 
 impl Leased {
@@ -96,6 +125,13 @@ pub enum Verdict {
     },
     /// Not sent (the kill switch was engaged): back to `pending` unchanged.
     Release,
+    /// Its target is paused or disabled: back to `pending`, due at `at`,
+    /// and the attempt (if one was made: the transient failure that
+    /// tripped the pause, or the 410) spends none of the retry budget.
+    Held {
+        /// When it is due again (the lease waits for the target anyway).
+        at: Millis,
+    },
 }
 
 impl Verdict {
@@ -104,7 +140,7 @@ impl Verdict {
     pub fn state(&self) -> &'static str {
         match self {
             Self::Completed { .. } => "completed",
-            Self::Retry { .. } | Self::Release => "pending",
+            Self::Retry { .. } | Self::Release | Self::Held { .. } => "pending",
             Self::Unknown { .. }
             | Self::Failed {
                 class: FailClass::UnknownOutcome,
@@ -234,6 +270,7 @@ mod tests {
             run_version: 2,
             correlation_id: "c".into(),
             first_sent_at: Some(0),
+            probe: false,
         }
     }
 

@@ -24,6 +24,7 @@ pub mod dispatcher;
 pub mod dispatcher_config;
 pub mod effect_check;
 pub mod egress;
+pub mod health;
 pub mod killswitch;
 pub mod moves;
 // The dispatch span and counts.
@@ -38,8 +39,8 @@ pub mod verdict;
 
 pub use classify::AttemptClass;
 pub use dispatch_types::{
-    ActionSwitch, AttemptRecord, AttemptView, Decision, FailClass, Leased, Recorded, TargetRoom,
-    Verdict,
+    ActionSwitch, AttemptRecord, AttemptView, ClusterLimits, Decision, FailClass, Leased, Recorded,
+    TargetRoom, Verdict,
 };
 pub use dispatcher::{Dispatcher, StepReport};
 pub use dispatcher_config::DispatcherConfig;

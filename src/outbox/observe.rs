@@ -30,6 +30,13 @@ pub(super) fn count(metrics: &Metrics, target: &str, class: &str, verdict: &Verd
         Verdict::Completed { .. } => tracing::info!(class, state, "effect attempt recorded"),
         Verdict::Retry { .. } => tracing::info!(class, state, "effect attempt failed; will retry"),
         Verdict::Release => {}
+        Verdict::Held { .. } => {
+            tracing::info!(
+                class,
+                state,
+                "target paused or disabled; effect held with its budget"
+            );
+        }
         Verdict::Failed {
             class: FailClass::RetryExhausted,
             ..

@@ -4,6 +4,7 @@
 use async_trait::async_trait;
 use serde_json::Value;
 
+use super::health::{HealthConfig, Signal, TargetHealth};
 use super::{ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffect, Recorded, TargetRoom};
 use crate::ledger::storage::Result;
 use crate::ledger::{IdempotencyKey, Moved, Namespace, OwnerCall};
@@ -93,4 +94,38 @@ pub trait OutboxStore: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// On database failure.
     async fn action_switches(&self) -> Result<Vec<ActionSwitch>>;
+
+    /// Applies an attempt's health `signal` to `target` (`probe`: the
+    /// attempt was its half-open probe) under `policy`, with the target's
+    /// row locked so instances count together; a state change is audited
+    /// with its cause and `actor`. The target's health after it.
+    ///
+    /// # Errors
+    /// On database failure; nothing changed.
+    async fn note_health(
+        &self,
+        target: &str,
+        signal: &Signal,
+        probe: bool,
+        policy: &HealthConfig,
+        actor: &str,
+    ) -> Result<TargetHealth>;
+
+    /// An operator enables (healthy again, its held effects go out) or
+    /// disables `target`, audited with the actor. Its health after.
+    ///
+    /// # Errors
+    /// On database failure; nothing changed.
+    async fn set_target_enabled(
+        &self,
+        target: &str,
+        enabled: bool,
+        actor: &str,
+    ) -> Result<TargetHealth>;
+
+    /// Every target that ever left `healthy`, as stored.
+    ///
+    /// # Errors
+    /// On database failure.
+    async fn target_health(&self) -> Result<Vec<TargetHealth>>;
 }

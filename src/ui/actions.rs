@@ -104,6 +104,7 @@ pub async fn show(
             }
         }
         p.note { "While actions are disabled for a scope, its effects wait in the outbox (held) and nothing is sent; effects already being sent finish. Enabling releases them: each is sent once, under its idempotency key." }
+        p.note { "Targets paused or disabled by their own failures (429, 503, 410) are on " a href="/ui/targets" { "Targets" } "." }
         @if !admin { p.flash.warn { "You can read the switches; changing them needs the admin scope." } }
         div.scroll { table {
             thead { tr { th scope="col" { "Scope" } th scope="col" { "Actions" } th.num scope="col" { "Held" }
@@ -143,24 +144,28 @@ pub struct Change {
 
 impl Change {
     fn parse(&self, app: &AppState) -> Result<(String, bool)> {
-        let enabled = match self.enabled.as_str() {
-            "true" => true,
-            "false" => false,
-            _ => return Err(UiError::Invalid("enabled must be true or false".into())),
-        };
+        let enabled = parse_enabled(&self.enabled)?;
         let target = (self.scope != "*").then_some(self.scope.as_str());
         let scope = scope_for(target, &app.config.targets).map_err(UiError::Invalid)?;
         Ok((scope, enabled))
     }
 }
 
-fn require_admin(viewer: &Operator) -> Result<()> {
+/// A form's `enabled` field: `true` or `false`.
+pub(super) fn parse_enabled(text: &str) -> Result<bool> {
+    match text {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(UiError::Invalid("enabled must be true or false".into())),
+    }
+}
+
+/// Refuses a viewer without the admin scope: `what` needs it.
+pub(super) fn require_admin(viewer: &Operator, what: &str) -> Result<()> {
     if viewer.has(Scope::Admin) {
         Ok(())
     } else {
-        Err(UiError::Forbidden(
-            "changing the kill switch needs the admin scope".into(),
-        ))
+        Err(UiError::Forbidden(format!("{what} needs the admin scope")))
     }
 }
 
@@ -173,7 +178,7 @@ pub async fn confirm(
     viewer: Operator,
     Query(change): Query<Change>,
 ) -> Result<Response> {
-    require_admin(&viewer)?;
+    require_admin(&viewer, "changing the kill switch")?;
     let (scope, enabled) = change.parse(&app)?;
     let line = lines(&app).await?.into_iter().find(|l| l.scope == scope);
     let pending = line.as_ref().map_or(0, |l| l.pending);
@@ -208,7 +213,7 @@ pub async fn change(
     viewer: Operator,
     Form(change): Form<Change>,
 ) -> Result<Response> {
-    require_admin(&viewer)?;
+    require_admin(&viewer, "changing the kill switch")?;
     let (scope, enabled) = change.parse(&app)?;
     viewer.check_csrf(
         &purpose("actions", &format!("{scope}:{enabled}")),

@@ -26,6 +26,7 @@
 //! - [`replay`]: bulk replay: the dry-run summary, then the job.
 //! - [`jobs`]: replay jobs: progress, stop, resume.
 //! - [`actions`]: the kill switch, with a confirmation step.
+//! - [`targets`]: target health (paused, disabled), enable and disable.
 //! - [`tokens`]: API tokens (admins): list, make (shown once), revoke.
 //! - [`assets`]: the stylesheets the pages link.
 
@@ -53,6 +54,7 @@ pub mod replay;
 pub mod run;
 pub mod runs;
 pub mod session;
+pub mod targets;
 pub mod tokens;
 
 pub use error::UiError;
@@ -85,6 +87,8 @@ pub fn router() -> Router<AppState> {
         .route("/ui/replay-jobs/{id}/resume", post(jobs::resume))
         .route("/ui/actions", get(actions::show).post(actions::change))
         .route("/ui/actions/confirm", get(actions::confirm))
+        .route("/ui/targets", get(targets::show).post(targets::change))
+        .route("/ui/targets/confirm", get(targets::confirm))
         .route("/ui/tokens", get(tokens::show).post(tokens::create))
         .route("/ui/tokens/{id}/revoke", post(tokens::revoke))
         // The approval pages link their inbox here.

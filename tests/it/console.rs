@@ -177,6 +177,7 @@ on_both_backends!(
     pages_need_a_session_and_the_operator_scope,
     every_form_checks_its_csrf_token_and_get_changes_nothing,
     hostile_values_are_shown_as_text,
+    an_admin_disables_and_enables_a_target_from_the_console,
 );
 
 async fn pages_need_a_session_and_the_operator_scope(backend: Backend) {
@@ -217,6 +218,7 @@ async fn pages_need_a_session_and_the_operator_scope(backend: Backend) {
         "/ui/dead-letters",
         "/ui/replay-jobs",
         "/ui/actions",
+        "/ui/targets",
     ] {
         let resp = ops.request_get(page).await;
         assert_eq!(resp.status(), 200, "{page}");
@@ -253,6 +255,18 @@ async fn pages_need_a_session_and_the_operator_scope(backend: Backend) {
         c.app.db.count("SELECT COUNT(*) FROM action_switches").await,
         0
     );
+    let resp = ops
+        .post_form("/ui/targets", &[("target", "mail"), ("enabled", "false")])
+        .await;
+    assert_eq!(
+        resp.status(),
+        403,
+        "operators read target health; admins change it"
+    );
+    assert_eq!(
+        c.app.db.count("SELECT COUNT(*) FROM target_health").await,
+        0
+    );
     c.app.stop().await;
 }
 
@@ -271,6 +285,8 @@ async fn every_form_checks_its_csrf_token_and_get_changes_nothing(backend: Backe
         format!("/ui/dead-letters/{id}"),
         format!("/ui/replay?ids={id}"),
         "/ui/actions/confirm?scope=*&enabled=false".to_owned(),
+        "/ui/targets".to_owned(),
+        "/ui/targets/confirm?target=mail&enabled=false".to_owned(),
         "/ui/approvals".to_owned(),
     ] {
         for _ in 0..3 {
@@ -295,6 +311,10 @@ async fn every_form_checks_its_csrf_token_and_get_changes_nothing(backend: Backe
         (
             "/ui/replay-jobs".into(),
             vec![("ids", id.as_str()), ("reason", "x"), ("rate_per_sec", "1")],
+        ),
+        (
+            "/ui/targets".into(),
+            vec![("target", "mail"), ("enabled", "false")],
         ),
     ];
     for (path, fields) in &forms {
@@ -328,6 +348,11 @@ async fn every_form_checks_its_csrf_token_and_get_changes_nothing(backend: Backe
         0
     );
     assert_eq!(c.app.db.count("SELECT COUNT(*) FROM replay_jobs").await, 0);
+    assert_eq!(
+        c.app.db.count("SELECT COUNT(*) FROM target_health").await,
+        0,
+        "no target was disabled"
+    );
     let resp = root
         .post_form(
             &format!("/ui/dead-letters/{id}/replay"),
@@ -381,5 +406,38 @@ async fn hostile_values_are_shown_as_text(backend: Backend) {
         html.contains("t-&lt;b&gt;x&lt;/b&gt;"),
         "the key is shown, as text"
     );
+    c.app.stop().await;
+}
+
+async fn an_admin_disables_and_enables_a_target_from_the_console(backend: Backend) {
+    let c = Console::start(backend).await;
+    let root = Http::login(&c.app, &c.root).await;
+    let state = || {
+        c.app
+            .db
+            .text("SELECT state FROM target_health WHERE target = 'mail'")
+    };
+    for (enabled, expected) in [("false", "disabled"), ("true", "healthy")] {
+        let (status, page) = root
+            .get(&format!(
+                "/ui/targets/confirm?target=mail&enabled={enabled}"
+            ))
+            .await;
+        assert_eq!(status, 200);
+        let csrf = csrf_in(&page, "/ui/targets");
+        let fields = [
+            ("target", "mail"),
+            ("enabled", enabled),
+            ("csrf", csrf.as_str()),
+        ];
+        let resp = root.post_form("/ui/targets", &fields).await;
+        assert_eq!(resp.status(), 303);
+        assert_eq!(state().await, expected);
+        let (_, list) = root.get("/ui/targets").await;
+        assert!(list.contains(&format!("badge {expected}")), "{list}");
+    }
+    let audited = "SELECT COUNT(*) FROM audit_events WHERE run_key = 'target:mail' \
+        AND kind IN ('target_disabled', 'target_enabled')";
+    assert_eq!(c.app.db.count(audited).await, 2);
     c.app.stop().await;
 }

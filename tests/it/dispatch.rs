@@ -726,6 +726,7 @@ fn room(target: &str, limit: i64) -> Vec<TargetRoom> {
     vec![TargetRoom {
         target: target.into(),
         limit,
+        cluster: Default::default(),
     }]
 }
 

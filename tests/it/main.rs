@@ -15,6 +15,7 @@ mod audit_seals;
 mod backup;
 mod body_window;
 mod claim_batches;
+mod cluster_limits;
 mod conformance;
 mod deadletter_actions;
 mod deadletter_cli;
@@ -66,6 +67,7 @@ mod sessions;
 // Outbound signing, checked by the official Standard Webhooks verifier.
 mod signing;
 mod target;
+mod target_health;
 mod tokens;
 // The operator console.
 mod browser;

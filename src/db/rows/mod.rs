@@ -6,6 +6,7 @@ mod approval;
 mod audit;
 mod deadletter;
 mod deliveries;
+mod health;
 mod outbox;
 mod tokens;
 
@@ -13,6 +14,7 @@ pub(crate) use approval::{ChallengeRow, OutputRow, SessionRow};
 pub(crate) use audit::{AuditScanRow, CheckpointRow, HeadScanRow, StampRow, VerificationRow};
 pub(crate) use deadletter::{DeadLetterRow, ItemRow, JobRow, LinkRow, RawEventRow};
 pub(crate) use deliveries::DeliveryRow;
+pub(crate) use health::HealthRow;
 pub(crate) use outbox::{AttemptBatchRow, AttemptRow, EffectRow, SwitchRow, VerdictBatchRow};
 pub(crate) use tokens::TokenRow;
 

@@ -40,6 +40,11 @@ pub(crate) struct EffectRow {
 }
 
 impl EffectRow {
+    /// The effect's target.
+    pub(crate) fn target(&self) -> &str {
+        &self.target
+    }
+
     pub(crate) fn into_effect(self) -> Result<Effect> {
         Ok(Effect {
             id: self.id,
@@ -148,7 +153,9 @@ impl<'a> VerdictBatchRow<'a> {
         } = decision;
         let attempt = attempt.as_ref();
         let (next_at, error) = match verdict {
-            Verdict::Retry { at } | Verdict::Unknown { at } => (Some(*at), None),
+            Verdict::Retry { at } | Verdict::Unknown { at } | Verdict::Held { at } => {
+                (Some(*at), None)
+            }
             Verdict::Failed { reason, .. } => (None, Some(reason.as_str())),
             Verdict::Completed { .. } | Verdict::Release => (None, None),
         };
@@ -161,7 +168,10 @@ impl<'a> VerdictBatchRow<'a> {
             v_owner: &leased.owner,
             v_state: verdict.state(),
             v_next_at: next_at,
-            v_sent: i64::from(attempt.is_some_and(|a| a.sent)),
+            // A held attempt spends no budget (and starts no elapsed time).
+            v_sent: i64::from(
+                attempt.is_some_and(|a| a.sent) && !matches!(verdict, Verdict::Held { .. }),
+            ),
             v_external_ref: external_ref,
             v_status: attempt.and_then(|a| a.status),
             v_class: attempt.map(|a| a.class.as_str()),

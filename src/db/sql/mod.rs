@@ -15,6 +15,7 @@ pub mod console;
 pub mod deadletter;
 pub mod deliveries;
 pub mod gauges;
+pub mod health;
 pub mod ingress;
 pub mod jobs;
 pub mod outbox;
@@ -147,6 +148,8 @@ pub struct Statements {
     pub audit: audit::AuditStatements,
     /// Effects, attempts, the kill switch.
     pub outbox: outbox::OutboxStatements,
+    /// Target health: pauses, probes, disables.
+    pub health: health::HealthStatements,
     /// Raw deliveries.
     pub ingress: ingress::IngressStatements,
     /// The deliveries log.
@@ -180,6 +183,7 @@ impl Statements {
             runs: runs::RunStatements::new(dialect),
             audit: audit::AuditStatements::new(dialect),
             outbox: outbox::OutboxStatements::new(dialect),
+            health: health::HealthStatements::new(dialect),
             ingress: ingress::IngressStatements::new(),
             deliveries: deliveries::DeliveryStatements::new(),
             deadletter: deadletter::DeadLetterStatements::new(dialect),

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 
 use crate::clock::Millis;
 use crate::db::exec::Args;
-use crate::db::rows::SwitchRow;
+use crate::db::rows::{HealthRow, SwitchRow};
 use crate::db::{Backend, Db};
 use crate::ledger::storage::Result;
 use crate::metrics::port::{GaugeStore, HourCount, OpenDeadLetters};
@@ -46,6 +46,19 @@ impl<B: Backend> GaugeStore for Db<B> {
             .into_iter()
             .map(ActionSwitch::from)
             .map(|s| (s.scope, s.enabled))
+            .collect())
+    }
+
+    async fn target_health_states(&self) -> Result<Vec<(String, String, i64)>> {
+        let rd = self.reader();
+        let rows: Vec<HealthRow> = rd.all(&rd.st.health.all, Args::new()).await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| {
+                let h = row.into_health();
+                let paused = h.paused_total_ms(rd.clock_now);
+                (h.target, h.state.as_str().to_owned(), paused)
+            })
             .collect())
     }
 

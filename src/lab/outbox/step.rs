@@ -50,6 +50,7 @@ impl World {
                 run_version,
                 correlation_id: format!("lab-{event}"),
                 first_sent_at: row.effect.first_sent_at,
+                probe: false,
             };
             // The real dispatcher's rule: reconcile an unknown outcome by a
             // probe unless the target honours keys (then resend the key).
@@ -198,7 +199,7 @@ impl World {
                 ..
             } => Some(Move::EffectRejected),
             Verdict::Failed { .. } => Some(Move::EffectsFailed),
-            Verdict::Release => None,
+            Verdict::Release | Verdict::Held { .. } => None,
         };
         if let Some(mv) = mv {
             self.ledger.settle(event, mv, self.now)?;

@@ -9,6 +9,7 @@ use rand::SeedableRng;
 use super::Dispatcher;
 use crate::outbox::classify::{classify, AttemptClass, Attempted, Outcome};
 use crate::outbox::egress::{EgressRefused, EgressUrl};
+use crate::outbox::health;
 use crate::outbox::observe;
 use crate::outbox::sender::evidence;
 use crate::outbox::{verdict, AttemptRecord, Decision, FailClass, Leased, TargetConfig, Verdict};
@@ -45,6 +46,10 @@ impl Dispatcher {
         if !self.switch.allows(&target.config.name).await {
             return hold(leased);
         }
+        // A target paused since the lease waits, unless this is its probe.
+        if !leased.probe && self.health.holds(&target.config.name, leased_at).await {
+            return hold(leased);
+        }
         let probing = leased.reconciling() && !target.config.honours_keys();
         let url = match egress_url(&target.config, &leased, probing) {
             Some(Ok(url)) => url,
@@ -72,10 +77,12 @@ impl Dispatcher {
         } else {
             let outcome = classify(&target.config, &leased.effect.new.spec, &attempted);
             let class = outcome.class();
-            (
-                self.verdict(&target.config, &leased, outcome, started, finished),
-                class,
-            )
+            let signal = health::signal(&attempted, &outcome, leased.probe);
+            let verdict = self.verdict(&target.config, &leased, outcome, started, finished);
+            let verdict = self
+                .after_health(&target.config, &leased, signal, verdict, finished)
+                .await;
+            (verdict, class)
         };
         observe::count(&self.metrics, &target.config.name, class.as_str(), &verdict);
         let attempt = AttemptRecord {

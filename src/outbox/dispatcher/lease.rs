@@ -11,8 +11,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::{Dispatcher, BATCH_GATHER, EXPIRY_EVERY};
+
+/// The longest sleep of a leaser whose last lease took effects of a
+/// rate-limited target.
+const PACED_POLL: Duration = Duration::from_millis(50);
 use crate::outbox::observe;
-use crate::outbox::{Decision, TargetRoom};
+use crate::outbox::{ClusterLimits, Decision, TargetRoom};
 
 impl Dispatcher {
     /// What each target with free share may lease now, up to `room` in
@@ -23,9 +27,15 @@ impl Dispatcher {
             .iter()
             .filter_map(|(target, share)| {
                 let free = share.free().min(room);
+                let cluster = self
+                    .targets
+                    .get(target)
+                    .map(|t| ClusterLimits::of(&t.config))
+                    .unwrap_or_default();
                 (free > 0).then(|| TargetRoom {
                     target: target.clone(),
                     limit: free as i64,
+                    cluster,
                 })
             })
             .collect();
@@ -113,6 +123,13 @@ impl Dispatcher {
                 }
             };
             backlog = want > 0 && leased.len() as i64 >= want;
+            // A target paced by its rate leases again soon: its bucket
+            // refills while this instance would otherwise sleep.
+            let paced = leased.iter().any(|l| {
+                self.targets
+                    .get(&l.effect.new.target)
+                    .is_some_and(|t| t.config.rate_per_second > 0)
+            });
             for l in leased {
                 // A lease returns at most the room it was given; should it
                 // ever return more, the rest waits for room of its own.
@@ -151,8 +168,20 @@ impl Dispatcher {
                 () = shutdown.cancelled() => break,
                 () = self.wake.notified() => {}
                 () = self.freed.notified(), if capped => {}
-                () = tokio::time::sleep(Duration::from_millis(self.config.idle_poll_ms)) => {}
+                () = tokio::time::sleep(self.idle_poll(paced)) => {}
             }
+        }
+    }
+
+    /// How long the leaser sleeps with nothing more to lease: the idle
+    /// poll, or at most `PACED_POLL` after leasing for a rate-limited
+    /// target (whose next effects become leasable as its bucket refills).
+    fn idle_poll(&self, paced: bool) -> Duration {
+        let idle = Duration::from_millis(self.config.idle_poll_ms);
+        if paced {
+            idle.min(PACED_POLL)
+        } else {
+            idle
         }
     }
 

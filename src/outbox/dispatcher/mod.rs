@@ -18,16 +18,18 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::dispatcher_config::DispatcherConfig;
+use super::health::HealthView;
 use super::killswitch::KillSwitch;
 use super::observe;
 use super::port::OutboxStore;
 use super::sender::TargetRuntime;
-use super::{TargetConfig, TargetRoom, Verdict};
+use super::{ClusterLimits, TargetConfig, TargetRoom, Verdict};
 use crate::clock::SharedClock;
 use crate::ledger::storage::StoreError;
 use crate::metrics::Metrics;
 
 mod decide;
+mod health;
 mod lease;
 mod record;
 
@@ -88,6 +90,8 @@ pub struct Dispatcher {
     /// Turns which target a lease serves first.
     turn: AtomicUsize,
     switch: KillSwitch,
+    /// The targets' health as last read (the lease reads the table itself).
+    health: HealthView,
     clock: SharedClock,
     metrics: Arc<Metrics>,
     config: DispatcherConfig,
@@ -153,6 +157,7 @@ impl Dispatcher {
         );
         Ok(Self {
             switch,
+            health: HealthView::new(store.clone()),
             store,
             targets,
             shares,
@@ -218,10 +223,11 @@ impl Dispatcher {
         let leased_at = Instant::now();
         let rooms: Vec<TargetRoom> = self
             .targets
-            .keys()
-            .map(|target| TargetRoom {
+            .iter()
+            .map(|(target, runtime)| TargetRoom {
                 target: target.clone(),
                 limit: self.config.batch_size,
+                cluster: ClusterLimits::of(&runtime.config),
             })
             .collect();
         let leased = self

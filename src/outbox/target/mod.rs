@@ -90,6 +90,10 @@ pub struct TargetConfig {
     /// Most sends in flight at once.
     #[serde(default = "default_concurrency")]
     pub concurrency: u32,
+    /// When repeated transient failures pause the target for every
+    /// instance, and for how long.
+    #[serde(default)]
+    pub health: super::health::HealthConfig,
 }
 
 fn default_key_header() -> String {
@@ -246,6 +250,12 @@ impl TargetConfig {
             return Err((
                 field("retry.cap_ms"),
                 "must be at least retry.base_ms".into(),
+            ));
+        }
+        if self.health.cool_down_cap_ms < self.health.cool_down_ms {
+            return Err((
+                field("health.cool_down_cap_ms"),
+                "must be at least health.cool_down_ms".into(),
             ));
         }
         if self.concurrency == 0 {

@@ -2,12 +2,14 @@
 //! them, leased and recorded by the dispatcher (a batch per statement),
 //! cancelled, and the kill switch; and the [`OutboxStore`] port.
 
+mod health;
+mod limits;
 mod record;
 
 pub(crate) use record::complete_run_if_done;
 use record::record_batch;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
@@ -20,6 +22,7 @@ use crate::db::rows::{AttemptRow, EffectRow, SwitchRow};
 use crate::db::{Backend, Db, Finish};
 use crate::ledger::storage::{Result, StoreError};
 use crate::ledger::{IdempotencyKey, Move, Moved, Namespace, OwnerCall, Run};
+use crate::outbox::health::{HealthConfig, Signal, TargetHealth};
 use crate::outbox::port::OutboxStore;
 use crate::outbox::{
     ActionSwitch, AttemptView, Decision, Effect, Leased, NewEffect, Recorded, TargetRoom,
@@ -72,29 +75,42 @@ async fn commit(
     owner_move(tx, call, kind, fields, detail, effects).await
 }
 
+/// What a lease took: the effects, their runs' send fields, and the
+/// targets whose half-open probe it holds.
+type Lease = (
+    Vec<EffectRow>,
+    Vec<(String, String, i64, String)>,
+    HashSet<String>,
+);
+
 /// Leases up to `limit` due effects for `owner`, of each target in
-/// `rooms` up to its own limit; the lease is durable before anything is
-/// sent.
+/// `rooms` up to its own limit, past the targets that are paused or
+/// disabled (one effect of a target due for its half-open probe); the
+/// lease is durable before anything is sent.
 async fn lease(
     tx: &mut Tx<'_>,
     owner: &str,
     lease_ms: i64,
     limit: i64,
     rooms: &[TargetRoom],
-) -> Result<(Vec<EffectRow>, Vec<(String, String, i64, String)>)> {
+) -> Result<Lease> {
     let st = tx.st;
+    let (rooms, probes) = health::gate(tx, owner, lease_ms, rooms).await?;
     if let Some(plan) = &st.outbox.lease_plan {
         tx.execute(plan, Args::new()).await?;
     }
-    let mut rows = Vec::new();
+    let mut allowances = limits::allowances(tx, &rooms).await?;
+    let mut rows: Vec<EffectRow> = Vec::new();
     for TargetRoom {
         target,
         limit: target_limit,
-    } in rooms
+        ..
+    } in &rooms
     {
+        let (target_limit, bucket) = allowances.remove(target).unwrap_or((*target_limit, None));
         let mut taken = 0;
         for statement in &st.outbox.lease {
-            let room = (*target_limit - taken).min(limit - rows.len() as i64);
+            let room = (target_limit - taken).min(limit - rows.len() as i64);
             if room <= 0 {
                 break;
             }
@@ -108,22 +124,27 @@ async fn lease(
             taken += leased.len() as i64;
             rows.extend(leased);
         }
+        if let Some(bucket) = bucket {
+            limits::charge(tx, target, bucket, taken).await?;
+        }
     }
+    let idle: Vec<String> = probes
+        .iter()
+        .filter(|t| !rows.iter().any(|r| r.target() == t.as_str()))
+        .cloned()
+        .collect();
+    health::unclaim(tx, owner, &idle).await?;
     if rows.is_empty() {
-        return Ok((rows, Vec::new()));
+        return Ok((rows, Vec::new(), HashSet::new()));
     }
     let runs = tx
         .all(&st.outbox.runs_for_send, Args::new().bind(owner))
         .await?;
-    Ok((rows, runs))
+    Ok((rows, runs, probes))
 }
 
 /// The leased effects with the run fields their sends need.
-fn leased(
-    owner: &str,
-    rows: Vec<EffectRow>,
-    runs: Vec<(String, String, i64, String)>,
-) -> Result<Vec<Leased>> {
+fn leased(owner: &str, (rows, runs, probes): Lease) -> Result<Vec<Leased>> {
     let runs: HashMap<(String, String), (i64, String)> = runs
         .into_iter()
         .map(|(ns, key, version, corr)| ((ns, key), (version, corr)))
@@ -140,6 +161,7 @@ fn leased(
             )));
         };
         leased.push(Leased {
+            probe: probes.contains(&effect.new.target),
             first_sent_at: effect.first_sent_at,
             run_version: *version,
             correlation_id: correlation_id.clone(),
@@ -207,12 +229,12 @@ impl<B: Backend> OutboxStore for Db<B> {
         rooms: &[TargetRoom],
     ) -> Result<Vec<Leased>> {
         let (lessee, rooms) = (owner.to_owned(), rooms.to_vec());
-        let (rows, runs) = self
+        let taken = self
             .commit(move |tx| {
                 Box::pin(async move { lease(tx, &lessee, lease_ms, limit, &rooms).await })
             })
             .await?;
-        leased(owner, rows, runs)
+        leased(owner, taken)
     }
 
     async fn record_decisions(&self, decisions: &[Decision]) -> Result<Vec<Recorded>> {
@@ -283,5 +305,41 @@ impl<B: Backend> OutboxStore for Db<B> {
         let rd = self.reader();
         let rows: Vec<SwitchRow> = rd.all(&rd.st.outbox.switches, Args::new()).await?;
         Ok(rows.into_iter().map(ActionSwitch::from).collect())
+    }
+
+    async fn note_health(
+        &self,
+        target: &str,
+        signal: &Signal,
+        probe: bool,
+        policy: &HealthConfig,
+        actor: &str,
+    ) -> Result<TargetHealth> {
+        let (target, signal, policy) = (target.to_owned(), signal.clone(), policy.clone());
+        let actor = actor.to_owned();
+        self.commit(move |tx| {
+            Box::pin(
+                async move { health::note(tx, &target, &signal, probe, &policy, &actor).await },
+            )
+        })
+        .await
+    }
+
+    async fn set_target_enabled(
+        &self,
+        target: &str,
+        enabled: bool,
+        actor: &str,
+    ) -> Result<TargetHealth> {
+        let (target, actor) = (target.to_owned(), actor.to_owned());
+        self.commit(move |tx| {
+            Box::pin(async move { health::set_enabled(tx, &target, enabled, &actor).await })
+        })
+        .await
+    }
+
+    async fn target_health(&self) -> Result<Vec<TargetHealth>> {
+        let rd = self.reader();
+        Ok(health::rows(rd.all(&rd.st.health.all, Args::new()).await?))
     }
 }
