@@ -11,6 +11,9 @@
 //! - `redis`: the Redis tier's claims (new keys, duplicates, a one-key
 //!   storm) beside `redis-benchmark` running `SET NX PX` at the same
 //!   client counts and beside the SQL tier, in one run.
+//! - `soak`: three `oncegate serve` on one PostgreSQL behind nginx, a
+//!   mixed load while instances are SIGKILLed in turn, then the counts
+//!   (`scripts/soak`, docs/reliability.md).
 //!
 //! `scripts/bench` builds the release binaries and runs the suite.
 
@@ -26,6 +29,7 @@ mod phases;
 mod proxy;
 mod redis;
 mod server;
+mod soak;
 mod suite;
 mod targets;
 mod workloads;
@@ -50,6 +54,10 @@ enum Bench {
     /// The Redis tier: claims beside `redis-benchmark` SET NX PX and the
     /// SQL tier.
     Redis(redis::RedisArgs),
+    /// Three instances on one PostgreSQL behind nginx under a mixed load,
+    /// one SIGKILLed and restarted in turn, then the counts at the targets
+    /// and in the database (docs/reliability.md).
+    Soak(soak::SoakArgs),
 }
 
 #[tokio::main]
@@ -59,5 +67,6 @@ async fn main() -> Result<()> {
         Bench::Dispatch(args) => dispatch::run(args).await,
         Bench::Proxy(args) => proxy::run(args).await,
         Bench::Redis(args) => redis::run(args).await,
+        Bench::Soak(args) => soak::run(args).await,
     }
 }

@@ -43,53 +43,19 @@ impl Server {
         let config = dir.path().join("oncegate.toml");
         let text = config_text(spec.db_url, spec.max_connections) + spec.extra_config;
         std::fs::write(&config, text)?;
-        let mut cmd = Command::new(spec.bin);
-        cmd.args(["--log-format", "json", "serve"]);
-        for (name, _) in std::env::vars() {
-            if name.starts_with("ONCEGATE_") || name == "RUST_LOG" {
-                cmd.env_remove(name);
-            }
-        }
-        cmd.env("ONCEGATE_CONFIG", &config)
-            .env("ONCEGATE_LISTEN", "127.0.0.1:0")
+        let mut cmd = serve_command(spec.bin, &config, "127.0.0.1:0");
+        cmd
             // Forwards would go to a target that is not there; the
             // benchmark measures acceptance, not dispatch.
             .env("ONCEGATE_DISPATCHER_ENABLED", "false")
-            .current_dir(dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+            .current_dir(dir.path());
         for pair in spec.env {
             let (k, v) = pair
                 .split_once('=')
                 .with_context(|| format!("--server-env {pair:?} is not NAME=value"))?;
             cmd.env(k, v);
         }
-        let mut child = cmd
-            .spawn()
-            .with_context(|| format!("starting {}", spec.bin.display()))?;
-        let (tx, rx) = mpsc::channel();
-        let stderr = child.stderr.take().context("no stderr")?;
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(120);
-        let mut seen = Vec::new();
-        let addr = loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let Ok(line) = rx.recv_timeout(left) else {
-                let _ = child.kill();
-                bail!("oncegate did not start: {}", seen.join("\n"));
-            };
-            if let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) {
-                if event["message"] == "oncegate listening" {
-                    break event["address"].as_str().context("no address")?.parse()?;
-                }
-            }
-            seen.push(line);
-        };
+        let (child, addr, _, rx) = launch(&mut cmd, spec.bin)?;
         eprintln!("  server pid {} on {addr}", child.id());
         // Keep draining stderr so the server never blocks on a full pipe;
         // show its first errors (a wrong answer's cause is in them).
@@ -144,6 +110,65 @@ impl Drop for Server {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+    }
+}
+
+/// `oncegate --log-format json serve` with `config` on `listen`, none of
+/// this process's `ONCEGATE_*` variables, stderr piped.
+pub fn serve_command(bin: &Path, config: &Path, listen: &str) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.args(["--log-format", "json", "serve"]);
+    for (name, _) in std::env::vars() {
+        if name.starts_with("ONCEGATE_") || name == "RUST_LOG" {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.env("ONCEGATE_CONFIG", config)
+        .env("ONCEGATE_LISTEN", listen)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Spawns `cmd` (an `oncegate serve` with piped stderr) and waits up to
+/// two minutes for its "listening" line: the child, its address, the lines
+/// before it, and the rest of stderr as it comes.
+pub fn launch(
+    cmd: &mut Command,
+    bin: &Path,
+) -> Result<(
+    Child,
+    std::net::SocketAddr,
+    Vec<String>,
+    mpsc::Receiver<String>,
+)> {
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let (tx, rx) = mpsc::channel();
+    let stderr = child.stderr.take().context("no stderr")?;
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(line) = rx.recv_timeout(left) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("oncegate did not start: {}", seen.join("\n"));
+        };
+        if let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) {
+            if event["message"] == "oncegate listening" {
+                let addr = event["address"].as_str().context("no address")?.parse()?;
+                return Ok((child, addr, seen, rx));
+            }
+        }
+        seen.push(line);
     }
 }
 

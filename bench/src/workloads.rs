@@ -105,17 +105,21 @@ pub fn stripe_event(id: &str) -> String {
 
 /// `POST /hooks/stripe` with a valid `Stripe-Signature` for `body`.
 pub fn hook_request(body: String) -> Request<Full<Bytes>> {
+    Request::post("/hooks/stripe")
+        .header(HOST, "127.0.0.1")
+        .header("stripe-signature", stripe_signature(&body))
+        .header(CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .expect("a valid request")
+}
+
+/// A `Stripe-Signature` of `body`, signed now with the bench's secret.
+pub fn stripe_signature(body: &str) -> String {
     let t = chrono::Utc::now().timestamp();
     let mut mac = Hmac::<Sha256>::new_from_slice(STRIPE_SECRET.as_bytes()).expect("any key");
     mac.update(format!("{t}.").as_bytes());
     mac.update(body.as_bytes());
-    let signature = format!("t={t},v1={}", hex::encode(mac.finalize().into_bytes()));
-    Request::post("/hooks/stripe")
-        .header(HOST, "127.0.0.1")
-        .header("stripe-signature", signature)
-        .header(CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(body)))
-        .expect("a valid request")
+    format!("t={t},v1={}", hex::encode(mac.finalize().into_bytes()))
 }
 
 /// Signed deliveries of new events: every answer must be a first receipt.
