@@ -109,7 +109,7 @@ pub async fn run(args: SoakArgs) -> Result<()> {
     let violations = outcome?;
     if !violations.is_empty() {
         bail!(
-            "the soak broke {} bar(s):\n  {}",
+            "the soak found {} violation(s) (lists are cut at 20–30 lines):\n  {}",
             violations.len(),
             violations.join("\n  ")
         );
