@@ -5,7 +5,7 @@ use super::corrupt;
 use crate::clock::Millis;
 use crate::ledger::storage::Result;
 use crate::outbox::{
-    ActionSwitch, AttemptClass, AttemptRecord, AttemptView, Decision, Effect, EffectRole,
+    ActionSwitch, AttemptClass, AttemptOutcome, AttemptView, Decision, Effect, EffectRole,
     EffectState, NewEffect, Verdict,
 };
 
@@ -98,12 +98,14 @@ impl AttemptRow {
         Ok(AttemptView {
             attempt: self.attempt,
             dispatcher: self.dispatcher,
-            started_at: self.started_at,
-            finished_at: self.finished_at,
-            class: self.class.parse::<AttemptClass>().map_err(corrupt)?,
-            status: self.status,
-            error: self.error,
-            evidence: serde_json::from_str(&self.evidence).map_err(corrupt)?,
+            outcome: AttemptOutcome {
+                started_at: self.started_at,
+                finished_at: self.finished_at,
+                class: self.class.parse::<AttemptClass>().map_err(corrupt)?,
+                status: self.status,
+                error: self.error,
+                evidence: serde_json::from_str(&self.evidence).map_err(corrupt)?,
+            },
         })
     }
 }
@@ -151,6 +153,7 @@ impl<'a> VerdictBatchRow<'a> {
             attempt,
         } = decision;
         let attempt = attempt.as_ref();
+        let outcome = attempt.map(|a| &a.outcome);
         let (next_at, error) = match verdict {
             Verdict::Retry { at } | Verdict::Unknown { at } | Verdict::Held { at } => {
                 (Some(*at), None)
@@ -172,10 +175,10 @@ impl<'a> VerdictBatchRow<'a> {
                 attempt.is_some_and(|a| a.sent) && !matches!(verdict, Verdict::Held { .. }),
             ),
             v_external_ref: external_ref,
-            v_status: attempt.and_then(|a| a.status),
-            v_class: attempt.map(|a| a.class.as_str()),
-            v_error: error.or(attempt.and_then(|a| a.error.as_deref())),
-            v_started_at: attempt.map(|a| a.started_at),
+            v_status: outcome.and_then(|o| o.status),
+            v_class: outcome.map(|o| o.class.as_str()),
+            v_error: error.or(outcome.and_then(|o| o.error.as_deref())),
+            v_started_at: outcome.map(|o| o.started_at),
         }
     }
 }
@@ -198,7 +201,7 @@ impl<'a> AttemptBatchRow<'a> {
     pub(crate) fn new(
         id: &'a str,
         owner: &'a str,
-        attempt: &'a AttemptRecord,
+        attempt: &'a AttemptOutcome,
         evidence: &serde_json::Value,
     ) -> Self {
         Self {
