@@ -23,15 +23,15 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
     let owner = Router::new()
         .route("/v1/runs/commit", post(commit))
         .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::workflow,
+            (state.clone(), auth::WORKFLOW),
+            auth::scoped,
         ));
     let read = Router::new()
         .route("/v1/runs/effects", get(list))
         .route("/v1/effects/{id}/cancel", post(cancel))
         .route_layer(middleware::from_fn_with_state(
-            state,
-            auth::workflow_or_operator,
+            (state, auth::WORKFLOW_OR_OPERATOR),
+            auth::scoped,
         ));
     owner.merge(read)
 }

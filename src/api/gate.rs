@@ -24,7 +24,10 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/v1/runs/output", post(output))
         .route("/v1/runs/gate", post(gate))
-        .route_layer(middleware::from_fn_with_state(state, auth::workflow))
+        .route_layer(middleware::from_fn_with_state(
+            (state, auth::WORKFLOW),
+            auth::scoped,
+        ))
 }
 
 /// The model that produced an output.

@@ -25,15 +25,15 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
         .route("/v1/runs/complete", post(complete))
         .route("/v1/runs/fail", post(fail))
         .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::workflow,
+            (state.clone(), auth::WORKFLOW),
+            auth::scoped,
         ));
     let read =
         Router::new()
             .route("/v1/runs", get(get_run))
             .route_layer(middleware::from_fn_with_state(
-                state,
-                auth::workflow_or_operator,
+                (state, auth::WORKFLOW_OR_OPERATOR),
+                auth::scoped,
             ));
     owner.merge(read)
 }
