@@ -131,48 +131,22 @@ impl OutputRow {
     }
 }
 
-from_columns!(ChallengeRow {
-    id,
-    namespace,
-    run_key,
-    token_hash,
-    operation,
-    decisions,
-    audience,
-    required_roles,
-    approver_auth,
-    state,
-    effects,
-    callback_url,
-    callback_target,
-    card,
-    escalation,
-    created_at,
-    expires_at,
-    decided_at,
-    decided_by,
-    auth_method,
-    reason,
-});
+from_columns! {
+    ChallengeRow {
+        id, namespace, run_key, token_hash, operation, decisions, audience, required_roles,
+        approver_auth, state, effects, callback_url, callback_target, card, escalation, created_at,
+        expires_at, decided_at, decided_by, auth_method, reason,
+    }
+}
 
-from_columns!(SessionRow {
-    id_hash,
-    subject,
-    scopes,
-    roles,
-    auth_method,
-    expires_at,
-    credential
-});
+from_columns! {
+    SessionRow {
+        id_hash, subject, scopes, roles, auth_method, expires_at, credential,
+    }
+}
 
-from_columns!(OutputRow {
-    attempt,
-    operation,
-    valid,
-    output,
-    violations,
-    provider_class,
-    model,
-    revision,
-    created_at,
-});
+from_columns! {
+    OutputRow {
+        attempt, operation, valid, output, violations, provider_class, model, revision, created_at,
+    }
+}

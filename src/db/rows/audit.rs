@@ -212,60 +212,25 @@ impl From<StampRow> for RunStamp {
     }
 }
 
-from_columns!(HeadScanRow {
-    namespace,
-    run_key,
-    src,
-    seq,
-    head
-});
+from_columns! { HeadScanRow { namespace, run_key, src, seq, head } }
 
-from_columns!(AuditScanRow {
-    namespace,
-    run_key,
-    src,
-    seq,
-    kind,
-    actor,
-    from_state,
-    to_state,
-    version,
-    detail,
-    prev_hash,
-    hash,
-    created_at,
-    archived_at,
-    body,
-});
+from_columns! {
+    AuditScanRow {
+        namespace, run_key, src, seq, kind, actor, from_state, to_state, version, detail, prev_hash,
+        hash, created_at, archived_at, body,
+    }
+}
 
-from_columns!(CheckpointRow {
-    id,
-    created_at,
-    chain_count,
-    digest,
-    changed,
-    removed,
-    anomalies,
-    reason,
-    prev_hash,
-    hash,
-});
+from_columns! {
+    CheckpointRow {
+        id, created_at, chain_count, digest, changed, removed, anomalies, reason, prev_hash, hash,
+    }
+}
 
-from_columns!(VerificationRow {
-    id,
-    started_at,
-    finished_at,
-    namespace,
-    chains,
-    failures,
-    first_failure,
-    checkpoint_id,
-});
+from_columns! {
+    VerificationRow {
+        id, started_at, finished_at, namespace, chains, failures, first_failure, checkpoint_id,
+    }
+}
 
-from_columns!(StampRow {
-    namespace,
-    run_key,
-    version,
-    state,
-    updated_at
-});
+from_columns! { StampRow { namespace, run_key, version, state, updated_at } }

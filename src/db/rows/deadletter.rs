@@ -243,91 +243,36 @@ impl RawEventRow {
     }
 }
 
-from_columns!(DeadLetterRow {
-    id,
-    namespace,
-    run_key,
-    class,
-    component,
-    raw_event_id,
-    detail,
-    created_at,
-    resolved_at,
-    resolution,
-    event_id,
-    correlation_id,
-    operation,
-    workflow_version,
-    schema_version,
-    payload_ref,
-    payload_hash,
-    error,
-    attempts,
-    last_evidence,
-    run_state,
-    next_action,
-    previous_id,
-    owner,
-    retain_until,
-    replay_count,
-    resolved_by,
-    resolution_note,
-    replaced_by_namespace,
-    replaced_by_key,
-    last_request,
-    current_state,
-});
+from_columns! {
+    DeadLetterRow {
+        id, namespace, run_key, class, component, raw_event_id, detail, created_at, resolved_at,
+        resolution, event_id, correlation_id, operation, workflow_version, schema_version,
+        payload_ref, payload_hash, error, attempts, last_evidence, run_state, next_action,
+        previous_id, owner, retain_until, replay_count, resolved_by, resolution_note,
+        replaced_by_namespace, replaced_by_key, last_request, current_state,
+    }
+}
 
-from_columns!(LinkRow {
-    namespace,
-    run_key,
-    replaced_by_ns,
-    replaced_by_key,
-    dead_letter_id,
-    actor,
-    reason,
-    created_at,
-});
+from_columns! {
+    LinkRow {
+        namespace, run_key, replaced_by_ns, replaced_by_key, dead_letter_id, actor, reason,
+        created_at,
+    }
+}
 
-from_columns!(JobRow {
-    id,
-    state,
-    created_by,
-    reason,
-    rate_per_sec,
-    selection,
-    summary,
-    total,
-    lease_owner,
-    lease_expires_at,
-    changed_by,
-    created_at,
-    updated_at,
-    finished_at,
-    replayed,
-    refused,
-    four_eyes,
-    started_by,
-});
+from_columns! {
+    JobRow {
+        id, state, created_by, reason, rate_per_sec, selection, summary, total, lease_owner,
+        lease_expires_at, changed_by, created_at, updated_at, finished_at, replayed, refused,
+        four_eyes, started_by,
+    }
+}
 
-from_columns!(ItemRow {
-    job_id,
-    seq,
-    dead_letter_id,
-    state,
-    outcome,
-    finished_at
-});
+from_columns! { ItemRow { job_id, seq, dead_letter_id, state, outcome, finished_at } }
 
-from_columns!(RawEventRow {
-    id,
-    source,
-    event_id,
-    event_type,
-    status,
-    payload_hash,
-    content_type,
-    headers,
-    body,
-    received_at,
-});
+from_columns! {
+    RawEventRow {
+        id, source, event_id, event_type, status, payload_hash, content_type, headers, body,
+        received_at,
+    }
+}

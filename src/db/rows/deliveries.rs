@@ -53,22 +53,10 @@ impl DeliveryRow {
     }
 }
 
-from_columns!(DeliveryRow {
-    id,
-    source,
-    event_id,
-    event_type,
-    outcome,
-    status,
-    payload_hash,
-    body_bytes,
-    raw_event_id,
-    run_namespace,
-    run_key,
-    detail,
-    forwarded_key,
-    forwarded_by,
-    forwarded_at,
-    redeliveries,
-    received_at,
-});
+from_columns! {
+    DeliveryRow {
+        id, source, event_id, event_type, outcome, status, payload_hash, body_bytes, raw_event_id,
+        run_namespace, run_key, detail, forwarded_key, forwarded_by, forwarded_at, redeliveries,
+        received_at,
+    }
+}

@@ -236,48 +236,18 @@ impl<'a> RunKeyBatchRow<'a> {
     }
 }
 
-from_columns!(RunRow {
-    namespace,
-    run_key,
-    business_key,
-    state,
-    prev_state,
-    payload_hash,
-    lease_owner,
-    lease_expires_at,
-    lease_started_at,
-    version,
-    attempts,
-    reclaims,
-    budget_started_at,
-    result,
-    last_error,
-    reason,
-    operation,
-    correlation_id,
-    workflow_version,
-    source_url,
-    execution_ref,
-    requested_by,
-    claimed_by,
-    audit_seq,
-    audit_head,
-    created_at,
-    updated_at,
-    archived_at,
-});
+from_columns! {
+    RunRow {
+        namespace, run_key, business_key, state, prev_state, payload_hash, lease_owner,
+        lease_expires_at, lease_started_at, version, attempts, reclaims, budget_started_at, result,
+        last_error, reason, operation, correlation_id, workflow_version, source_url, execution_ref,
+        requested_by, claimed_by, audit_seq, audit_head, created_at, updated_at, archived_at,
+    }
+}
 
-from_columns!(AuditRow {
-    namespace,
-    run_key,
-    seq,
-    kind,
-    actor,
-    from_state,
-    to_state,
-    version,
-    detail,
-    prev_hash,
-    hash,
-    created_at,
-});
+from_columns! {
+    AuditRow {
+        namespace, run_key, seq, kind, actor, from_state, to_state, version, detail, prev_hash,
+        hash, created_at,
+    }
+}

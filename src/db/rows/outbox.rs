@@ -217,47 +217,18 @@ impl<'a> AttemptBatchRow<'a> {
     }
 }
 
-from_columns!(EffectRow {
-    id,
-    namespace,
-    run_key,
-    operation,
-    effect_type,
-    target,
-    method,
-    url,
-    headers,
-    body,
-    idempotency_key,
-    spec,
-    state,
-    not_before,
-    next_attempt_at,
-    attempts,
-    external_ref,
-    last_status,
-    last_class,
-    last_error,
-    first_sent_at,
-    created_at,
-    role,
-    schema_version,
-});
+from_columns! {
+    EffectRow {
+        id, namespace, run_key, operation, effect_type, target, method, url, headers, body,
+        idempotency_key, spec, state, not_before, next_attempt_at, attempts, external_ref,
+        last_status, last_class, last_error, first_sent_at, created_at, role, schema_version,
+    }
+}
 
-from_columns!(AttemptRow {
-    attempt,
-    dispatcher,
-    started_at,
-    finished_at,
-    class,
-    status,
-    error,
-    evidence,
-});
+from_columns! {
+    AttemptRow {
+        attempt, dispatcher, started_at, finished_at, class, status, error, evidence,
+    }
+}
 
-from_columns!(SwitchRow {
-    scope,
-    enabled,
-    changed_by,
-    changed_at
-});
+from_columns! { SwitchRow { scope, enabled, changed_by, changed_at } }

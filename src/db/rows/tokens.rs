@@ -57,15 +57,9 @@ impl TokenRow {
     }
 }
 
-from_columns!(TokenRow {
-    id,
-    digest,
-    subject,
-    scopes,
-    roles,
-    namespaces,
-    created_by,
-    created_at,
-    expires_at,
-    revoked_at,
-});
+from_columns! {
+    TokenRow {
+        id, digest, subject, scopes, roles, namespaces, created_by, created_at, expires_at,
+        revoked_at,
+    }
+}
