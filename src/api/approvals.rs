@@ -16,8 +16,8 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/v1/approvals", get(list))
         .route_layer(middleware::from_fn_with_state(
-            state,
-            auth::approver_or_operator,
+            (state, auth::APPROVER_OR_OPERATOR),
+            auth::scoped,
         ))
 }
 

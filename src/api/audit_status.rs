@@ -18,8 +18,8 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/v1/audit/status", get(status))
         .route_layer(middleware::from_fn_with_state(
-            state,
-            auth::operator_or_admin,
+            (state, auth::OPERATOR_OR_ADMIN),
+            auth::scoped,
         ))
 }
 

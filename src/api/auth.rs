@@ -54,75 +54,30 @@ pub async fn require(
     Ok(next.run(req).await)
 }
 
-/// Middleware for routes a workflow engine calls.
-///
-/// # Errors
-/// As [`require`].
-pub async fn workflow(
-    State(app): State<AppState>,
-    req: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
-    require(&app, &[Scope::Workflow], req, next).await
-}
+/// Routes a workflow engine calls.
+pub const WORKFLOW: &[Scope] = &[Scope::Workflow];
+/// Read routes that workflows and operators both use.
+pub const WORKFLOW_OR_OPERATOR: &[Scope] = &[Scope::Workflow, Scope::Operator];
+/// Operator routes (admins hold every scope).
+pub const OPERATOR_OR_ADMIN: &[Scope] = &[Scope::Operator];
+/// The approvals inbox: approvers and operators.
+pub const APPROVER_OR_OPERATOR: &[Scope] = &[Scope::Approver, Scope::Operator];
+/// The admin routes (tokens).
+pub const ADMIN: &[Scope] = &[Scope::Admin];
+/// The Idempotency-Key proxy (`/proxy/{name}/…`): tokens with the proxy
+/// scope (admins hold every scope).
+pub const PROXY: &[Scope] = &[Scope::Proxy];
 
-/// Middleware for read routes that workflows and operators both use.
+/// Middleware for routes that need one of a set of scopes (one of the
+/// sets above): `middleware::from_fn_with_state((state, auth::WORKFLOW),
+/// auth::scoped)`.
 ///
 /// # Errors
 /// As [`require`].
-pub async fn workflow_or_operator(
-    State(app): State<AppState>,
+pub async fn scoped(
+    State((app, needed)): State<(AppState, &'static [Scope])>,
     req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    require(&app, &[Scope::Workflow, Scope::Operator], req, next).await
-}
-
-/// Middleware for operator routes (admins hold every scope).
-///
-/// # Errors
-/// As [`require`].
-pub async fn operator_or_admin(
-    State(app): State<AppState>,
-    req: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
-    require(&app, &[Scope::Operator], req, next).await
-}
-
-/// Middleware for the approvals inbox: approvers and operators.
-///
-/// # Errors
-/// As [`require`].
-pub async fn approver_or_operator(
-    State(app): State<AppState>,
-    req: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
-    require(&app, &[Scope::Approver, Scope::Operator], req, next).await
-}
-
-/// Middleware for the admin routes (tokens).
-///
-/// # Errors
-/// As [`require`].
-pub async fn admin(
-    State(app): State<AppState>,
-    req: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
-    require(&app, &[Scope::Admin], req, next).await
-}
-
-/// Middleware for the Idempotency-Key proxy (`/proxy/{name}/…`): tokens
-/// with the proxy scope (admins hold every scope).
-///
-/// # Errors
-/// As [`require`].
-pub async fn proxy(
-    State(app): State<AppState>,
-    req: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
-    require(&app, &[Scope::Proxy], req, next).await
+    require(&app, needed, req, next).await
 }

@@ -26,7 +26,10 @@ use crate::tokens::Principal;
 pub(super) fn router(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/v1/claims", post(claim))
-        .route_layer(middleware::from_fn_with_state(state, auth::workflow))
+        .route_layer(middleware::from_fn_with_state(
+            (state, auth::WORKFLOW),
+            auth::scoped,
+        ))
 }
 
 /// A claim of `(namespace, key)`.

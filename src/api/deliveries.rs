@@ -31,8 +31,8 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
         .route("/v1/deliveries/{id}/forward", post(forward))
         .route("/v1/deliveries/{id}/redeliver", post(redeliver))
         .route_layer(middleware::from_fn_with_state(
-            state,
-            auth::operator_or_admin,
+            (state, auth::OPERATOR_OR_ADMIN),
+            auth::scoped,
         ))
 }
 

@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 
 use super::access;
 use super::error::Result;
-use super::runs::{optional_text, MoveResponse, OwnerFields, RunRef};
+use super::runs::{optional_text, owner_call, MoveResponse, RunRef};
 use super::{auth, ApiJson, Caller};
 use crate::approval::effects::check_effects;
 use crate::clock::to_datetime;
@@ -23,15 +23,15 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
     let owner = Router::new()
         .route("/v1/runs/commit", post(commit))
         .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::workflow,
+            (state.clone(), auth::WORKFLOW),
+            auth::scoped,
         ));
     let read = Router::new()
         .route("/v1/runs/effects", get(list))
         .route("/v1/effects/{id}/cancel", post(cancel))
         .route_layer(middleware::from_fn_with_state(
-            state,
-            auth::workflow_or_operator,
+            (state, auth::WORKFLOW_OR_OPERATOR),
+            auth::scoped,
         ));
     owner.merge(read)
 }
@@ -86,12 +86,7 @@ pub(super) async fn commit(
     caller: Caller,
     ApiJson(body): ApiJson<CommitBody>,
 ) -> Result<Json<CommitResponse>> {
-    let fields = OwnerFields {
-        namespace: body.namespace,
-        key: body.key,
-        lease: body.lease,
-    };
-    let call: OwnerCall = fields.into_call(&app, &caller)?;
+    let call = owner_call(&app, &caller, body.namespace, body.key, &body.lease)?;
     access::sql_tier(&app, &call.namespace, "effects")?;
     let schema_version = optional_text("schema_version", body.schema_version, 64)?;
     let mut effects = parse_effects(body.effects, &app, &call, Route::Commit)?;

@@ -13,7 +13,7 @@ use utoipa::ToSchema;
 use super::access;
 use super::effects::{parse_effects, Route};
 use super::error::{ApiError, Result};
-use super::runs::{optional_text, OwnerFields};
+use super::runs::{optional_text, owner_call};
 use super::{auth, ApiJson, Caller};
 use crate::approval::gate::{GateRequest, ModelOutput};
 use crate::clock::to_datetime;
@@ -24,7 +24,10 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/v1/runs/output", post(output))
         .route("/v1/runs/gate", post(gate))
-        .route_layer(middleware::from_fn_with_state(state, auth::workflow))
+        .route_layer(middleware::from_fn_with_state(
+            (state, auth::WORKFLOW),
+            auth::scoped,
+        ))
 }
 
 /// The model that produced an output.
@@ -84,12 +87,7 @@ pub(super) async fn output(
     caller: Caller,
     ApiJson(body): ApiJson<OutputBody>,
 ) -> Result<Json<OutputResponse>> {
-    let call = OwnerFields {
-        namespace: body.namespace,
-        key: body.key,
-        lease: body.lease,
-    }
-    .into_call(&app, &caller)?;
+    let call = owner_call(&app, &caller, body.namespace, body.key, &body.lease)?;
     access::sql_tier(
         &app,
         &call.namespace,
@@ -175,12 +173,7 @@ pub(super) async fn gate(
     caller: Caller,
     ApiJson(body): ApiJson<GateBody>,
 ) -> Result<Json<GateResponse>> {
-    let call = OwnerFields {
-        namespace: body.namespace,
-        key: body.key,
-        lease: body.lease,
-    }
-    .into_call(&app, &caller)?;
+    let call = owner_call(&app, &caller, body.namespace, body.key, &body.lease)?;
     access::sql_tier(&app, &call.namespace, "approval gates")?;
     let summary = optional_text("summary", body.summary, 500)?;
     let schema_version = optional_text("schema_version", body.schema_version, 64)?;

@@ -21,7 +21,10 @@ use crate::state::AppState;
 pub(super) fn router(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/v1/noop", post(noop))
-        .route_layer(middleware::from_fn_with_state(state, auth::workflow))
+        .route_layer(middleware::from_fn_with_state(
+            (state, auth::WORKFLOW),
+            auth::scoped,
+        ))
 }
 
 /// The answer of the no-op route.

@@ -27,12 +27,15 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
     let proxied = Router::new()
         .route("/proxy/{name}", any(forward))
         .route("/proxy/{name}/{*path}", any(forward))
-        .route_layer(middleware::from_fn_with_state(state.clone(), auth::proxy));
+        .route_layer(middleware::from_fn_with_state(
+            (state.clone(), auth::PROXY),
+            auth::scoped,
+        ));
     let operator = Router::new()
         .route("/v1/proxy/resolve", post(resolve))
         .route_layer(middleware::from_fn_with_state(
-            state,
-            auth::operator_or_admin,
+            (state, auth::OPERATOR_OR_ADMIN),
+            auth::scoped,
         ));
     proxied.merge(operator)
 }

@@ -48,12 +48,12 @@ impl From<AttemptView> for AttemptItem {
         Self {
             attempt: a.attempt,
             dispatcher: a.dispatcher,
-            started_at: rfc3339(a.started_at),
-            finished_at: rfc3339(a.finished_at),
-            class: a.class,
-            status: a.status,
-            error: a.error,
-            evidence: a.evidence,
+            started_at: rfc3339(a.outcome.started_at),
+            finished_at: rfc3339(a.outcome.finished_at),
+            class: a.outcome.class,
+            status: a.outcome.status,
+            error: a.outcome.error,
+            evidence: a.outcome.evidence,
         }
     }
 }

@@ -25,15 +25,15 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
         .route("/v1/runs/complete", post(complete))
         .route("/v1/runs/fail", post(fail))
         .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::workflow,
+            (state.clone(), auth::WORKFLOW),
+            auth::scoped,
         ));
     let read =
         Router::new()
             .route("/v1/runs", get(get_run))
             .route_layer(middleware::from_fn_with_state(
-                state,
-                auth::workflow_or_operator,
+                (state, auth::WORKFLOW_OR_OPERATOR),
+                auth::scoped,
             ));
     owner.merge(read)
 }
@@ -94,29 +94,27 @@ pub(super) fn optional_text(
 
 pub(super) use crate::ledger::service::sanitise_error;
 
-/// The identity and lease every owner call carries.
-pub(super) struct OwnerFields {
-    pub(super) namespace: String,
-    pub(super) key: String,
-    pub(super) lease: String,
-}
-
-impl OwnerFields {
-    /// The parsed call; also records the run into the request's span.
-    pub(super) fn into_call(self, app: &AppState, caller: &Principal) -> Result<OwnerCall> {
-        let call = OwnerCall {
-            namespace: access::namespace(app, caller, self.namespace, Access::Act)?,
-            key: IdempotencyKey::parse(self.key)?,
-            lease: Lease::decode(&self.lease)?,
-            actor: caller.subject.clone(),
-        };
-        super::telemetry::record_run(
-            call.namespace.as_str(),
-            call.key.as_str(),
-            Some(call.lease.version.get()),
-        );
-        Ok(call)
-    }
+/// The owner call of a body's identity and lease, parsed; also records
+/// the run into the request's span.
+pub(super) fn owner_call(
+    app: &AppState,
+    caller: &Principal,
+    namespace: String,
+    key: String,
+    lease: &str,
+) -> Result<OwnerCall> {
+    let call = OwnerCall {
+        namespace: access::namespace(app, caller, namespace, Access::Act)?,
+        key: IdempotencyKey::parse(key)?,
+        lease: Lease::decode(lease)?,
+        actor: caller.subject.clone(),
+    };
+    super::telemetry::record_run(
+        call.namespace.as_str(),
+        call.key.as_str(),
+        Some(call.lease.version.get()),
+    );
+    Ok(call)
 }
 
 /// `POST /v1/runs/renew`.
@@ -215,12 +213,7 @@ pub(super) async fn renew(
 ) -> Result<Json<MoveResponse>> {
     let ledger = app.ledger();
     let lease = ledger.lease(body.lease_ms)?;
-    let fields = OwnerFields {
-        namespace: body.namespace,
-        key: body.key,
-        lease: body.lease,
-    };
-    let call = fields.into_call(&app, &caller)?;
+    let call = owner_call(&app, &caller, body.namespace, body.key, &body.lease)?;
     Ok(Json(ledger.renew(&call, lease).await?.into()))
 }
 
@@ -239,12 +232,7 @@ pub(super) async fn complete(
     caller: Caller,
     ApiJson(body): ApiJson<CompleteBody>,
 ) -> Result<Json<MoveResponse>> {
-    let fields = OwnerFields {
-        namespace: body.namespace,
-        key: body.key,
-        lease: body.lease,
-    };
-    let call = fields.into_call(&app, &caller)?;
+    let call = owner_call(&app, &caller, body.namespace, body.key, &body.lease)?;
     let complete = OwnerMove::Complete {
         result: body.result,
     };
@@ -278,12 +266,7 @@ pub(super) async fn fail(
     } else {
         OwnerMove::FailTerminal { error }
     };
-    let fields = OwnerFields {
-        namespace: body.namespace,
-        key: body.key,
-        lease: body.lease,
-    };
-    let call = fields.into_call(&app, &caller)?;
+    let call = owner_call(&app, &caller, body.namespace, body.key, &body.lease)?;
     Ok(Json(app.ledger().finish(&call, &mv).await?.into()))
 }
 

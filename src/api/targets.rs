@@ -17,8 +17,8 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
         .route("/v1/admin/targets", get(list))
         .route("/v1/admin/targets/{target}", post(set))
         .route_layer(middleware::from_fn_with_state(
-            state,
-            auth::operator_or_admin,
+            (state, auth::OPERATOR_OR_ADMIN),
+            auth::scoped,
         ))
 }
 

@@ -19,8 +19,8 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/v1/runs/timeline", get(timeline))
         .route_layer(middleware::from_fn_with_state(
-            state,
-            auth::workflow_or_operator,
+            (state, auth::WORKFLOW_OR_OPERATOR),
+            auth::scoped,
         ))
 }
 

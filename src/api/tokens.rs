@@ -20,7 +20,10 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/v1/admin/tokens", get(list).post(create))
         .route("/v1/admin/tokens/{id}/revoke", post(revoke))
-        .route_layer(middleware::from_fn_with_state(state, auth::admin))
+        .route_layer(middleware::from_fn_with_state(
+            (state, auth::ADMIN),
+            auth::scoped,
+        ))
 }
 
 /// `POST /v1/admin/tokens`.

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
 use super::dlq::DlqArgs;
 use super::remote::Remote;
@@ -190,16 +190,25 @@ pub enum ConfigCommand {
 pub enum TokenCommand {
     /// Print a fresh token and the config entry that holds its digest.
     New {
-        /// The person or workflow the token speaks for.
-        #[arg(long)]
-        subject: String,
-        /// A scope (repeatable): workflow, operator, approver, admin.
-        #[arg(long = "scope", value_enum, required = true)]
-        scopes: Vec<Scope>,
-        /// A role for approval policies (repeatable).
-        #[arg(long = "role")]
-        roles: Vec<String>,
+        /// Whom it speaks for and what it may do.
+        #[command(flatten)]
+        grant: TokenGrant,
     },
+}
+
+/// What a token is given, in `token new` and `tokens create`.
+#[derive(Debug, Args)]
+pub struct TokenGrant {
+    /// The person or workflow the token speaks for.
+    #[arg(long)]
+    pub subject: String,
+    /// A scope (repeatable): workflow, operator, approver, proxy, admin.
+    #[arg(long = "scope", value_enum, required = true)]
+    pub scopes: Vec<Scope>,
+    /// A role for approval policies (repeatable; for `tokens create`, one
+    /// you hold).
+    #[arg(long = "role")]
+    pub roles: Vec<String>,
 }
 
 /// `oncegate tokens …`.
@@ -207,15 +216,9 @@ pub enum TokenCommand {
 pub enum TokensCommand {
     /// Make a token; it is printed once (only its digest is stored).
     Create {
-        /// The person or workflow the token speaks for.
-        #[arg(long)]
-        subject: String,
-        /// A scope (repeatable): workflow, operator, approver, proxy, admin.
-        #[arg(long = "scope", value_enum, required = true)]
-        scopes: Vec<Scope>,
-        /// A role for approval policies (repeatable; one you hold).
-        #[arg(long = "role")]
-        roles: Vec<String>,
+        /// Whom it speaks for and what it may do.
+        #[command(flatten)]
+        grant: TokenGrant,
         /// A namespace or prefix (`billing:*`) it reaches (repeatable;
         /// none: every namespace).
         #[arg(long = "namespace")]

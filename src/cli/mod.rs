@@ -43,7 +43,7 @@ mod tokens;
 pub use args::{
     ActionsCommand, ApprovalsCommand, AuditCommand, Cli, Command, ConfigCommand, LabArgs,
     LabCrashPoint, RecoveryCommand, RetentionCommand, RunsCommand, TargetsCommand, TokenCommand,
-    TokensCommand,
+    TokenGrant, TokensCommand,
 };
 pub use dlq::{DlqArgs, DlqCommand, JobsCommand};
 pub use proxy::{ProxyArgs, ProxyCommand};
@@ -61,14 +61,12 @@ pub async fn run(command: Command, config: Config) -> Result<()> {
             command: ConfigCommand::Check { connect },
         } => config::check(&config, connect).await,
         Command::Token {
-            command:
-                TokenCommand::New {
-                    subject,
-                    scopes,
-                    roles,
-                },
+            command: TokenCommand::New { grant },
         } => {
-            print!("{}", new_token_text(&subject, &scopes, &roles));
+            print!(
+                "{}",
+                new_token_text(&grant.subject, &grant.scopes, &grant.roles)
+            );
             Ok(())
         }
         Command::Actions {

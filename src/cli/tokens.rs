@@ -23,17 +23,15 @@ pub(super) async fn run(
     let client = remote.client(config)?;
     match command {
         TokensCommand::Create {
-            subject,
-            scopes,
-            roles,
+            grant,
             namespaces,
             expires_at,
         } => {
-            let scopes: Vec<&str> = scopes.iter().map(|s| s.as_str()).collect();
+            let scopes: Vec<&str> = grant.scopes.iter().map(|s| s.as_str()).collect();
             let body = json!({
-                "subject": subject,
+                "subject": grant.subject,
                 "scopes": scopes,
-                "roles": roles,
+                "roles": grant.roles,
                 "namespaces": (!namespaces.is_empty()).then_some(namespaces),
                 "expires_at": expires_at,
             });

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use super::transform::{self, TransformConfig};
 use crate::audit::Redactor;
 use crate::ledger::PayloadHash;
-use crate::outbox::{AttemptClass, AttemptView, Effect, EffectState};
+use crate::outbox::{AttemptClass, AttemptOutcome, AttemptView, Effect, EffectState};
 
 /// What the operator asks for.
 #[derive(Debug, Clone, PartialEq)]
@@ -144,7 +144,8 @@ pub struct Preview {
 pub fn never_accepted(attempts: &[AttemptView]) -> bool {
     !attempts.is_empty()
         && attempts.iter().all(|a| {
-            a.class == AttemptClass::Permanent && a.status.is_some_and(|s| (400..500).contains(&s))
+            let AttemptOutcome { class, status, .. } = &a.outcome;
+            *class == AttemptClass::Permanent && status.is_some_and(|s| (400..500).contains(&s))
         })
 }
 

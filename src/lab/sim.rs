@@ -154,6 +154,13 @@ impl World {
             .push(Reverse((self.now + after.max(0), self.seq, task)));
     }
 
+    /// The provider hears the delivery's answer (`ok`, or not) one network
+    /// delay from now.
+    pub(super) fn answer_provider(&mut self, chain: usize, attempt: u32, ok: bool) {
+        let net = self.draw(NET_MS);
+        self.at(net, Task::Ack { chain, attempt, ok });
+    }
+
     /// A uniform draw from an inclusive range of milliseconds.
     pub(super) fn draw(&mut self, (low, high): (i64, i64)) -> Millis {
         self.rng.gen_range(low..=high)
@@ -208,15 +215,7 @@ impl World {
             let (chain, attempt, event) = (delivery.chain, delivery.attempt, delivery.event);
             self.marks[event].disrupted = true;
             // The provider sees its connection reset.
-            let net = self.draw(NET_MS);
-            self.at(
-                net,
-                Task::Ack {
-                    chain,
-                    attempt,
-                    ok: false,
-                },
-            );
+            self.answer_provider(chain, attempt, false);
         }
         for event in self.dispatcher.crash() {
             self.marks[event].disrupted = true;

@@ -9,7 +9,7 @@
 //! and answer, and the dispatcher ([`super::outbox`]) sends it.
 
 use super::ledger::ClaimMode;
-use super::sim::{Task, World, CALL_TIMEOUT_MS, DB_MS, NET_MS, SLOW_TARGET_MS, TARGET_MS};
+use super::sim::{Task, World, CALL_TIMEOUT_MS, DB_MS, SLOW_TARGET_MS, TARGET_MS};
 use super::target::{Exchange, Reply};
 use super::{CrashPoint, Strategy};
 use crate::ledger::{ClaimOutcome, Lease, Move};
@@ -248,14 +248,6 @@ impl World {
         delivery.done = true;
         let (chain, attempt) = (delivery.chain, delivery.attempt);
         self.live.remove(&id);
-        let net = self.draw(NET_MS);
-        self.at(
-            net,
-            Task::Ack {
-                chain,
-                attempt,
-                ok: (200..300).contains(&status),
-            },
-        );
+        self.answer_provider(chain, attempt, (200..300).contains(&status));
     }
 }

@@ -175,9 +175,11 @@ pub enum Recorded {
     },
 }
 
-/// One attempt's evidence, kept for operators and dead letters.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AttemptRecord {
+/// What one attempt came to: when, its class and the target's answer.
+/// The dispatcher records it ([`AttemptRecord`]) and the store reads it
+/// back ([`AttemptView`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AttemptOutcome {
     /// When it started.
     pub started_at: Millis,
     /// When it ended.
@@ -190,6 +192,13 @@ pub struct AttemptRecord {
     pub error: Option<String>,
     /// Selected response headers and a truncated body.
     pub evidence: Value,
+}
+
+/// One attempt's evidence, kept for operators and dead letters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptRecord {
+    /// What it came to.
+    pub outcome: AttemptOutcome,
     /// Whether the effect itself was sent (a probe is not a send).
     pub sent: bool,
 }
@@ -214,18 +223,9 @@ pub struct AttemptView {
     pub attempt: i64,
     /// The dispatcher that made it.
     pub dispatcher: String,
-    /// When it started.
-    pub started_at: Millis,
-    /// When it ended.
-    pub finished_at: Millis,
-    /// Its class.
-    pub class: AttemptClass,
-    /// HTTP status.
-    pub status: Option<i64>,
-    /// Error text.
-    pub error: Option<String>,
-    /// Selected headers and truncated body.
-    pub evidence: Value,
+    /// What it came to (its evidence as stored: redacted).
+    #[serde(flatten)]
+    pub outcome: AttemptOutcome,
 }
 
 #[cfg(test)]

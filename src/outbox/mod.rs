@@ -39,8 +39,8 @@ pub mod verdict;
 
 pub use classify::AttemptClass;
 pub use dispatch_types::{
-    ActionSwitch, AttemptRecord, AttemptView, ClusterLimits, Decision, FailClass, Leased, Recorded,
-    TargetRoom, Verdict,
+    ActionSwitch, AttemptOutcome, AttemptRecord, AttemptView, ClusterLimits, Decision, FailClass,
+    Leased, Recorded, TargetRoom, Verdict,
 };
 pub use dispatcher::{Dispatcher, StepReport};
 pub use dispatcher_config::DispatcherConfig;

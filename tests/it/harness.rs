@@ -444,14 +444,7 @@ impl TestApp {
 
     /// The server's `/metrics` text (asserting a 200).
     pub async fn scrape(&self) -> String {
-        let resp = self
-            .client
-            .get(format!("{}/metrics", self.base))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status().as_u16(), 200);
-        resp.text().await.unwrap()
+        scrape(&self.client, &self.base).await
     }
 
     pub async fn claim(&self, body: Value) -> (u16, Value) {
@@ -582,6 +575,13 @@ pub fn dispatcher_for(s: &oncegate::state::AppState) -> oncegate::outbox::Dispat
         s.kill_switch.clone(),
     )
     .unwrap()
+}
+
+/// The `/metrics` text of the server at `base` (asserting a 200).
+pub async fn scrape(client: &reqwest::Client, base: &str) -> String {
+    let resp = client.get(format!("{base}/metrics")).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    resp.text().await.unwrap()
 }
 
 /// Sends `req`: its status and its JSON body (`null` when it has none).

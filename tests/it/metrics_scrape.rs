@@ -8,7 +8,7 @@ use std::time::Duration;
 use oncegate::config::Scope;
 use serde_json::{json, Value};
 
-use crate::harness::{answer, eventually, token};
+use crate::harness::{answer, eventually, scrape, token};
 use crate::ingress::{stripe_event, stripe_signature, SECRET};
 use crate::process::{write_config_with, Server};
 use crate::target::{Behaviour, MockTarget};
@@ -55,14 +55,7 @@ impl Peer {
     }
 
     async fn scrape(&self) -> String {
-        let resp = self
-            .client
-            .get(format!("{}/metrics", self.base))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status().as_u16(), 200);
-        resp.text().await.unwrap()
+        scrape(&self.client, &self.base).await
     }
 
     /// Scrapes until `series` has a value of at least `min`.

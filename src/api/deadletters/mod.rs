@@ -42,12 +42,15 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
         .route("/v1/runs/links", get(actions::links))
         .merge(jobs::routes())
         .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::operator_or_admin,
+            (state.clone(), auth::OPERATOR_OR_ADMIN),
+            auth::scoped,
         ));
     let workflow = Router::new()
         .route("/v1/runs/fail-by-execution", post(fail::fail_by_execution))
-        .route_layer(middleware::from_fn_with_state(state, auth::workflow));
+        .route_layer(middleware::from_fn_with_state(
+            (state, auth::WORKFLOW),
+            auth::scoped,
+        ));
     operator.merge(workflow)
 }
 

@@ -124,10 +124,10 @@ fn effect_line(e: &Effect, attempts: &[AttemptView]) -> EffectLine {
             .iter()
             .map(|a| AttemptLine {
                 attempt: a.attempt,
-                at: at(a.started_at),
-                class: a.class.to_string(),
-                status: a.status,
-                error: a.error.clone(),
+                at: at(a.outcome.started_at),
+                class: a.outcome.class.to_string(),
+                status: a.outcome.status,
+                error: a.outcome.error.clone(),
             })
             .collect(),
     }

@@ -5,7 +5,6 @@ use crate::approval::{
 };
 
 use super::corrupt;
-use crate::db::exec::{FromRow, Row};
 use crate::ledger::storage::Result;
 use crate::validate::port::StoredOutput;
 
@@ -132,60 +131,22 @@ impl OutputRow {
     }
 }
 
-impl FromRow for ChallengeRow {
-    fn from_row(row: &dyn Row) -> Result<Self> {
-        Ok(Self {
-            id: row.get("id")?,
-            namespace: row.get("namespace")?,
-            run_key: row.get("run_key")?,
-            token_hash: row.get("token_hash")?,
-            operation: row.get("operation")?,
-            decisions: row.get("decisions")?,
-            audience: row.get("audience")?,
-            required_roles: row.get("required_roles")?,
-            approver_auth: row.get("approver_auth")?,
-            state: row.get("state")?,
-            effects: row.get("effects")?,
-            callback_url: row.get("callback_url")?,
-            callback_target: row.get("callback_target")?,
-            card: row.get("card")?,
-            escalation: row.get("escalation")?,
-            created_at: row.get("created_at")?,
-            expires_at: row.get("expires_at")?,
-            decided_at: row.get("decided_at")?,
-            decided_by: row.get("decided_by")?,
-            auth_method: row.get("auth_method")?,
-            reason: row.get("reason")?,
-        })
+from_columns! {
+    ChallengeRow {
+        id, namespace, run_key, token_hash, operation, decisions, audience, required_roles,
+        approver_auth, state, effects, callback_url, callback_target, card, escalation, created_at,
+        expires_at, decided_at, decided_by, auth_method, reason,
     }
 }
 
-impl FromRow for SessionRow {
-    fn from_row(row: &dyn Row) -> Result<Self> {
-        Ok(Self {
-            id_hash: row.get("id_hash")?,
-            subject: row.get("subject")?,
-            scopes: row.get("scopes")?,
-            roles: row.get("roles")?,
-            auth_method: row.get("auth_method")?,
-            expires_at: row.get("expires_at")?,
-            credential: row.get("credential")?,
-        })
+from_columns! {
+    SessionRow {
+        id_hash, subject, scopes, roles, auth_method, expires_at, credential,
     }
 }
 
-impl FromRow for OutputRow {
-    fn from_row(row: &dyn Row) -> Result<Self> {
-        Ok(Self {
-            attempt: row.get("attempt")?,
-            operation: row.get("operation")?,
-            valid: row.get("valid")?,
-            output: row.get("output")?,
-            violations: row.get("violations")?,
-            provider_class: row.get("provider_class")?,
-            model: row.get("model")?,
-            revision: row.get("revision")?,
-            created_at: row.get("created_at")?,
-        })
+from_columns! {
+    OutputRow {
+        attempt, operation, valid, output, violations, provider_class, model, revision, created_at,
     }
 }

@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 
 use crate::audit::seals::StoredEffect;
 use crate::audit::{AuditEntry, AuditRecord, ScanRow, Verification};
-use crate::db::exec::{FromRow, Row};
 use crate::ledger::storage::Result;
 use crate::outbox::seal::Sealed;
 use crate::retention::RunStamp;
@@ -213,80 +212,25 @@ impl From<StampRow> for RunStamp {
     }
 }
 
-impl FromRow for HeadScanRow {
-    fn from_row(row: &dyn Row) -> Result<Self> {
-        Ok(Self {
-            namespace: row.get("namespace")?,
-            run_key: row.get("run_key")?,
-            src: row.get("src")?,
-            seq: row.get("seq")?,
-            head: row.get("head")?,
-        })
+from_columns! { HeadScanRow { namespace, run_key, src, seq, head } }
+
+from_columns! {
+    AuditScanRow {
+        namespace, run_key, src, seq, kind, actor, from_state, to_state, version, detail, prev_hash,
+        hash, created_at, archived_at, body,
     }
 }
 
-impl FromRow for AuditScanRow {
-    fn from_row(row: &dyn Row) -> Result<Self> {
-        Ok(Self {
-            namespace: row.get("namespace")?,
-            run_key: row.get("run_key")?,
-            src: row.get("src")?,
-            seq: row.get("seq")?,
-            kind: row.get("kind")?,
-            actor: row.get("actor")?,
-            from_state: row.get("from_state")?,
-            to_state: row.get("to_state")?,
-            version: row.get("version")?,
-            detail: row.get("detail")?,
-            prev_hash: row.get("prev_hash")?,
-            hash: row.get("hash")?,
-            created_at: row.get("created_at")?,
-            archived_at: row.get("archived_at")?,
-            body: row.get("body")?,
-        })
+from_columns! {
+    CheckpointRow {
+        id, created_at, chain_count, digest, changed, removed, anomalies, reason, prev_hash, hash,
     }
 }
 
-impl FromRow for CheckpointRow {
-    fn from_row(row: &dyn Row) -> Result<Self> {
-        Ok(Self {
-            id: row.get("id")?,
-            created_at: row.get("created_at")?,
-            chain_count: row.get("chain_count")?,
-            digest: row.get("digest")?,
-            changed: row.get("changed")?,
-            removed: row.get("removed")?,
-            anomalies: row.get("anomalies")?,
-            reason: row.get("reason")?,
-            prev_hash: row.get("prev_hash")?,
-            hash: row.get("hash")?,
-        })
+from_columns! {
+    VerificationRow {
+        id, started_at, finished_at, namespace, chains, failures, first_failure, checkpoint_id,
     }
 }
 
-impl FromRow for VerificationRow {
-    fn from_row(row: &dyn Row) -> Result<Self> {
-        Ok(Self {
-            id: row.get("id")?,
-            started_at: row.get("started_at")?,
-            finished_at: row.get("finished_at")?,
-            namespace: row.get("namespace")?,
-            chains: row.get("chains")?,
-            failures: row.get("failures")?,
-            first_failure: row.get("first_failure")?,
-            checkpoint_id: row.get("checkpoint_id")?,
-        })
-    }
-}
-
-impl FromRow for StampRow {
-    fn from_row(row: &dyn Row) -> Result<Self> {
-        Ok(Self {
-            namespace: row.get("namespace")?,
-            run_key: row.get("run_key")?,
-            version: row.get("version")?,
-            state: row.get("state")?,
-            updated_at: row.get("updated_at")?,
-        })
-    }
-}
+from_columns! { StampRow { namespace, run_key, version, state, updated_at } }

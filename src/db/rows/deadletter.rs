@@ -4,7 +4,6 @@
 use serde_json::Value;
 
 use super::corrupt;
-use crate::db::exec::{FromRow, Row};
 use crate::deadletter::jobs::Progress;
 use crate::deadletter::{DeadLetter, JobItem, ReplayJob, RunLink};
 use crate::ingress::{RawEvent, RawStatus};
@@ -244,111 +243,36 @@ impl RawEventRow {
     }
 }
 
-impl FromRow for DeadLetterRow {
-    fn from_row(row: &dyn Row) -> Result<Self> {
-        Ok(Self {
-            id: row.get("id")?,
-            namespace: row.get("namespace")?,
-            run_key: row.get("run_key")?,
-            class: row.get("class")?,
-            component: row.get("component")?,
-            raw_event_id: row.get("raw_event_id")?,
-            detail: row.get("detail")?,
-            created_at: row.get("created_at")?,
-            resolved_at: row.get("resolved_at")?,
-            resolution: row.get("resolution")?,
-            event_id: row.get("event_id")?,
-            correlation_id: row.get("correlation_id")?,
-            operation: row.get("operation")?,
-            workflow_version: row.get("workflow_version")?,
-            schema_version: row.get("schema_version")?,
-            payload_ref: row.get("payload_ref")?,
-            payload_hash: row.get("payload_hash")?,
-            error: row.get("error")?,
-            attempts: row.get("attempts")?,
-            last_evidence: row.get("last_evidence")?,
-            run_state: row.get("run_state")?,
-            next_action: row.get("next_action")?,
-            previous_id: row.get("previous_id")?,
-            owner: row.get("owner")?,
-            retain_until: row.get("retain_until")?,
-            replay_count: row.get("replay_count")?,
-            resolved_by: row.get("resolved_by")?,
-            resolution_note: row.get("resolution_note")?,
-            replaced_by_namespace: row.get("replaced_by_namespace")?,
-            replaced_by_key: row.get("replaced_by_key")?,
-            last_request: row.get("last_request")?,
-            current_state: row.get("current_state")?,
-        })
+from_columns! {
+    DeadLetterRow {
+        id, namespace, run_key, class, component, raw_event_id, detail, created_at, resolved_at,
+        resolution, event_id, correlation_id, operation, workflow_version, schema_version,
+        payload_ref, payload_hash, error, attempts, last_evidence, run_state, next_action,
+        previous_id, owner, retain_until, replay_count, resolved_by, resolution_note,
+        replaced_by_namespace, replaced_by_key, last_request, current_state,
     }
 }
 
-impl FromRow for LinkRow {
-    fn from_row(row: &dyn Row) -> Result<Self> {
-        Ok(Self {
-            namespace: row.get("namespace")?,
-            run_key: row.get("run_key")?,
-            replaced_by_ns: row.get("replaced_by_ns")?,
-            replaced_by_key: row.get("replaced_by_key")?,
-            dead_letter_id: row.get("dead_letter_id")?,
-            actor: row.get("actor")?,
-            reason: row.get("reason")?,
-            created_at: row.get("created_at")?,
-        })
+from_columns! {
+    LinkRow {
+        namespace, run_key, replaced_by_ns, replaced_by_key, dead_letter_id, actor, reason,
+        created_at,
     }
 }
 
-impl FromRow for JobRow {
-    fn from_row(row: &dyn Row) -> Result<Self> {
-        Ok(Self {
-            id: row.get("id")?,
-            state: row.get("state")?,
-            created_by: row.get("created_by")?,
-            reason: row.get("reason")?,
-            rate_per_sec: row.get("rate_per_sec")?,
-            selection: row.get("selection")?,
-            summary: row.get("summary")?,
-            total: row.get("total")?,
-            lease_owner: row.get("lease_owner")?,
-            lease_expires_at: row.get("lease_expires_at")?,
-            changed_by: row.get("changed_by")?,
-            created_at: row.get("created_at")?,
-            updated_at: row.get("updated_at")?,
-            finished_at: row.get("finished_at")?,
-            replayed: row.get("replayed")?,
-            refused: row.get("refused")?,
-            four_eyes: row.get("four_eyes")?,
-            started_by: row.get("started_by")?,
-        })
+from_columns! {
+    JobRow {
+        id, state, created_by, reason, rate_per_sec, selection, summary, total, lease_owner,
+        lease_expires_at, changed_by, created_at, updated_at, finished_at, replayed, refused,
+        four_eyes, started_by,
     }
 }
 
-impl FromRow for ItemRow {
-    fn from_row(row: &dyn Row) -> Result<Self> {
-        Ok(Self {
-            job_id: row.get("job_id")?,
-            seq: row.get("seq")?,
-            dead_letter_id: row.get("dead_letter_id")?,
-            state: row.get("state")?,
-            outcome: row.get("outcome")?,
-            finished_at: row.get("finished_at")?,
-        })
-    }
-}
+from_columns! { ItemRow { job_id, seq, dead_letter_id, state, outcome, finished_at } }
 
-impl FromRow for RawEventRow {
-    fn from_row(row: &dyn Row) -> Result<Self> {
-        Ok(Self {
-            id: row.get("id")?,
-            source: row.get("source")?,
-            event_id: row.get("event_id")?,
-            event_type: row.get("event_type")?,
-            status: row.get("status")?,
-            payload_hash: row.get("payload_hash")?,
-            content_type: row.get("content_type")?,
-            headers: row.get("headers")?,
-            body: row.get("body")?,
-            received_at: row.get("received_at")?,
-        })
+from_columns! {
+    RawEventRow {
+        id, source, event_id, event_type, status, payload_hash, content_type, headers, body,
+        received_at,
     }
 }

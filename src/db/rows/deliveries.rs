@@ -1,6 +1,5 @@
 //! A `deliveries` row, read back into a log entry.
 
-use crate::db::exec::{FromRow, Row};
 use crate::ingress::log::{DeliveryEntry, Forwarded};
 use crate::ledger::storage::{Result, StoreError};
 
@@ -54,26 +53,10 @@ impl DeliveryRow {
     }
 }
 
-impl FromRow for DeliveryRow {
-    fn from_row(row: &dyn Row) -> Result<Self> {
-        Ok(Self {
-            id: row.get("id")?,
-            source: row.get("source")?,
-            event_id: row.get("event_id")?,
-            event_type: row.get("event_type")?,
-            outcome: row.get("outcome")?,
-            status: row.get("status")?,
-            payload_hash: row.get("payload_hash")?,
-            body_bytes: row.get("body_bytes")?,
-            raw_event_id: row.get("raw_event_id")?,
-            run_namespace: row.get("run_namespace")?,
-            run_key: row.get("run_key")?,
-            detail: row.get("detail")?,
-            forwarded_key: row.get("forwarded_key")?,
-            forwarded_by: row.get("forwarded_by")?,
-            forwarded_at: row.get("forwarded_at")?,
-            redeliveries: row.get("redeliveries")?,
-            received_at: row.get("received_at")?,
-        })
+from_columns! {
+    DeliveryRow {
+        id, source, event_id, event_type, outcome, status, payload_hash, body_bytes, raw_event_id,
+        run_namespace, run_key, detail, forwarded_key, forwarded_by, forwarded_at, redeliveries,
+        received_at,
     }
 }

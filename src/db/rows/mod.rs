@@ -2,6 +2,23 @@
 //! types: runs, audit entries, effects and their attempts here; the other
 //! parts' rows in the submodules.
 
+/// Implements [`FromRow`](crate::db::exec::FromRow) for a row struct
+/// whose every field is read from the column of the same name, on either
+/// backend: the one mapping of a row struct, named once.
+macro_rules! from_columns {
+    ($row:ident { $($field:ident),* $(,)? }) => {
+        impl $crate::db::exec::FromRow for $row {
+            fn from_row(
+                row: &dyn $crate::db::exec::Row,
+            ) -> $crate::ledger::storage::Result<Self> {
+                Ok(Self {
+                    $($field: row.get(stringify!($field))?,)*
+                })
+            }
+        }
+    };
+}
+
 mod approval;
 mod audit;
 mod deadletter;
@@ -20,7 +37,6 @@ pub(crate) use tokens::TokenRow;
 
 use crate::audit::{AuditEntry, AuditRecord};
 use crate::clock::Millis;
-use crate::db::exec::{FromRow, Row};
 use crate::ledger::storage::{Result, StoreError};
 use crate::ledger::{
     BusinessKey, FencingVersion, IdempotencyKey, Lease, LeaseOwner, Namespace, PayloadHash, Run,
@@ -220,56 +236,18 @@ impl<'a> RunKeyBatchRow<'a> {
     }
 }
 
-impl FromRow for RunRow {
-    fn from_row(row: &dyn Row) -> Result<Self> {
-        Ok(Self {
-            namespace: row.get("namespace")?,
-            run_key: row.get("run_key")?,
-            business_key: row.get("business_key")?,
-            state: row.get("state")?,
-            prev_state: row.get("prev_state")?,
-            payload_hash: row.get("payload_hash")?,
-            lease_owner: row.get("lease_owner")?,
-            lease_expires_at: row.get("lease_expires_at")?,
-            lease_started_at: row.get("lease_started_at")?,
-            version: row.get("version")?,
-            attempts: row.get("attempts")?,
-            reclaims: row.get("reclaims")?,
-            budget_started_at: row.get("budget_started_at")?,
-            result: row.get("result")?,
-            last_error: row.get("last_error")?,
-            reason: row.get("reason")?,
-            operation: row.get("operation")?,
-            correlation_id: row.get("correlation_id")?,
-            workflow_version: row.get("workflow_version")?,
-            source_url: row.get("source_url")?,
-            execution_ref: row.get("execution_ref")?,
-            requested_by: row.get("requested_by")?,
-            claimed_by: row.get("claimed_by")?,
-            audit_seq: row.get("audit_seq")?,
-            audit_head: row.get("audit_head")?,
-            created_at: row.get("created_at")?,
-            updated_at: row.get("updated_at")?,
-            archived_at: row.get("archived_at")?,
-        })
+from_columns! {
+    RunRow {
+        namespace, run_key, business_key, state, prev_state, payload_hash, lease_owner,
+        lease_expires_at, lease_started_at, version, attempts, reclaims, budget_started_at, result,
+        last_error, reason, operation, correlation_id, workflow_version, source_url, execution_ref,
+        requested_by, claimed_by, audit_seq, audit_head, created_at, updated_at, archived_at,
     }
 }
 
-impl FromRow for AuditRow {
-    fn from_row(row: &dyn Row) -> Result<Self> {
-        Ok(Self {
-            namespace: row.get("namespace")?,
-            run_key: row.get("run_key")?,
-            seq: row.get("seq")?,
-            kind: row.get("kind")?,
-            actor: row.get("actor")?,
-            from_state: row.get("from_state")?,
-            to_state: row.get("to_state")?,
-            version: row.get("version")?,
-            detail: row.get("detail")?,
-            prev_hash: row.get("prev_hash")?,
-            hash: row.get("hash")?,
-            created_at: row.get("created_at")?,
-        })
+from_columns! {
+    AuditRow {
+        namespace, run_key, seq, kind, actor, from_state, to_state, version, detail, prev_hash,
+        hash, created_at,
     }
 }

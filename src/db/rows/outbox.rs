@@ -3,10 +3,9 @@
 
 use super::corrupt;
 use crate::clock::Millis;
-use crate::db::exec::{FromRow, Row};
 use crate::ledger::storage::Result;
 use crate::outbox::{
-    ActionSwitch, AttemptClass, AttemptRecord, AttemptView, Decision, Effect, EffectRole,
+    ActionSwitch, AttemptClass, AttemptOutcome, AttemptView, Decision, Effect, EffectRole,
     EffectState, NewEffect, Verdict,
 };
 
@@ -99,12 +98,14 @@ impl AttemptRow {
         Ok(AttemptView {
             attempt: self.attempt,
             dispatcher: self.dispatcher,
-            started_at: self.started_at,
-            finished_at: self.finished_at,
-            class: self.class.parse::<AttemptClass>().map_err(corrupt)?,
-            status: self.status,
-            error: self.error,
-            evidence: serde_json::from_str(&self.evidence).map_err(corrupt)?,
+            outcome: AttemptOutcome {
+                started_at: self.started_at,
+                finished_at: self.finished_at,
+                class: self.class.parse::<AttemptClass>().map_err(corrupt)?,
+                status: self.status,
+                error: self.error,
+                evidence: serde_json::from_str(&self.evidence).map_err(corrupt)?,
+            },
         })
     }
 }
@@ -152,6 +153,7 @@ impl<'a> VerdictBatchRow<'a> {
             attempt,
         } = decision;
         let attempt = attempt.as_ref();
+        let outcome = attempt.map(|a| &a.outcome);
         let (next_at, error) = match verdict {
             Verdict::Retry { at } | Verdict::Unknown { at } | Verdict::Held { at } => {
                 (Some(*at), None)
@@ -173,10 +175,10 @@ impl<'a> VerdictBatchRow<'a> {
                 attempt.is_some_and(|a| a.sent) && !matches!(verdict, Verdict::Held { .. }),
             ),
             v_external_ref: external_ref,
-            v_status: attempt.and_then(|a| a.status),
-            v_class: attempt.map(|a| a.class.as_str()),
-            v_error: error.or(attempt.and_then(|a| a.error.as_deref())),
-            v_started_at: attempt.map(|a| a.started_at),
+            v_status: outcome.and_then(|o| o.status),
+            v_class: outcome.map(|o| o.class.as_str()),
+            v_error: error.or(outcome.and_then(|o| o.error.as_deref())),
+            v_started_at: outcome.map(|o| o.started_at),
         }
     }
 }
@@ -199,7 +201,7 @@ impl<'a> AttemptBatchRow<'a> {
     pub(crate) fn new(
         id: &'a str,
         owner: &'a str,
-        attempt: &'a AttemptRecord,
+        attempt: &'a AttemptOutcome,
         evidence: &serde_json::Value,
     ) -> Self {
         Self {
@@ -215,59 +217,18 @@ impl<'a> AttemptBatchRow<'a> {
     }
 }
 
-impl FromRow for EffectRow {
-    fn from_row(row: &dyn Row) -> Result<Self> {
-        Ok(Self {
-            id: row.get("id")?,
-            namespace: row.get("namespace")?,
-            run_key: row.get("run_key")?,
-            operation: row.get("operation")?,
-            effect_type: row.get("effect_type")?,
-            target: row.get("target")?,
-            method: row.get("method")?,
-            url: row.get("url")?,
-            headers: row.get("headers")?,
-            body: row.get("body")?,
-            idempotency_key: row.get("idempotency_key")?,
-            spec: row.get("spec")?,
-            state: row.get("state")?,
-            not_before: row.get("not_before")?,
-            next_attempt_at: row.get("next_attempt_at")?,
-            attempts: row.get("attempts")?,
-            external_ref: row.get("external_ref")?,
-            last_status: row.get("last_status")?,
-            last_class: row.get("last_class")?,
-            last_error: row.get("last_error")?,
-            first_sent_at: row.get("first_sent_at")?,
-            created_at: row.get("created_at")?,
-            role: row.get("role")?,
-            schema_version: row.get("schema_version")?,
-        })
+from_columns! {
+    EffectRow {
+        id, namespace, run_key, operation, effect_type, target, method, url, headers, body,
+        idempotency_key, spec, state, not_before, next_attempt_at, attempts, external_ref,
+        last_status, last_class, last_error, first_sent_at, created_at, role, schema_version,
     }
 }
 
-impl FromRow for AttemptRow {
-    fn from_row(row: &dyn Row) -> Result<Self> {
-        Ok(Self {
-            attempt: row.get("attempt")?,
-            dispatcher: row.get("dispatcher")?,
-            started_at: row.get("started_at")?,
-            finished_at: row.get("finished_at")?,
-            class: row.get("class")?,
-            status: row.get("status")?,
-            error: row.get("error")?,
-            evidence: row.get("evidence")?,
-        })
+from_columns! {
+    AttemptRow {
+        attempt, dispatcher, started_at, finished_at, class, status, error, evidence,
     }
 }
 
-impl FromRow for SwitchRow {
-    fn from_row(row: &dyn Row) -> Result<Self> {
-        Ok(Self {
-            scope: row.get("scope")?,
-            enabled: row.get("enabled")?,
-            changed_by: row.get("changed_by")?,
-            changed_at: row.get("changed_at")?,
-        })
-    }
-}
+from_columns! { SwitchRow { scope, enabled, changed_by, changed_at } }

@@ -1,7 +1,6 @@
 //! The token table's row.
 
 use crate::clock::Millis;
-use crate::db::exec::{FromRow, Row};
 use crate::ledger::storage::{Result, StoreError};
 use crate::tokens::port::StoredToken;
 
@@ -58,19 +57,9 @@ impl TokenRow {
     }
 }
 
-impl FromRow for TokenRow {
-    fn from_row(row: &dyn Row) -> Result<Self> {
-        Ok(Self {
-            id: row.get("id")?,
-            digest: row.get("digest")?,
-            subject: row.get("subject")?,
-            scopes: row.get("scopes")?,
-            roles: row.get("roles")?,
-            namespaces: row.get("namespaces")?,
-            created_by: row.get("created_by")?,
-            created_at: row.get("created_at")?,
-            expires_at: row.get("expires_at")?,
-            revoked_at: row.get("revoked_at")?,
-        })
+from_columns! {
+    TokenRow {
+        id, digest, subject, scopes, roles, namespaces, created_by, created_at, expires_at,
+        revoked_at,
     }
 }

@@ -40,12 +40,14 @@ fn attempt(class: AttemptClass, status: Option<i64>) -> AttemptView {
     AttemptView {
         attempt: 1,
         dispatcher: "d".into(),
-        started_at: 0,
-        finished_at: 1,
-        class,
-        status,
-        error: None,
-        evidence: Value::Null,
+        outcome: AttemptOutcome {
+            started_at: 0,
+            finished_at: 1,
+            class,
+            status,
+            error: None,
+            evidence: Value::Null,
+        },
     }
 }
 

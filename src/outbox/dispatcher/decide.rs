@@ -12,7 +12,9 @@ use crate::outbox::egress::{EgressRefused, EgressUrl};
 use crate::outbox::health;
 use crate::outbox::observe;
 use crate::outbox::sender::evidence;
-use crate::outbox::{verdict, AttemptRecord, Decision, FailClass, Leased, TargetConfig, Verdict};
+use crate::outbox::{
+    verdict, AttemptOutcome, AttemptRecord, Decision, FailClass, Leased, TargetConfig, Verdict,
+};
 
 impl Dispatcher {
     /// Sends (or reconciles, or holds) one leased effect and decides what
@@ -86,18 +88,20 @@ impl Dispatcher {
         };
         observe::count(&self.metrics, &target.config.name, class.as_str(), &verdict);
         let attempt = AttemptRecord {
-            started_at: started,
-            finished_at: finished,
-            class,
-            status: match &attempted {
-                Attempted::Answered { status, .. } => Some(i64::from(status.as_u16())),
-                _ => None,
+            outcome: AttemptOutcome {
+                started_at: started,
+                finished_at: finished,
+                class,
+                status: match &attempted {
+                    Attempted::Answered { status, .. } => Some(i64::from(status.as_u16())),
+                    _ => None,
+                },
+                error: match &attempted {
+                    Attempted::NotSent(e) | Attempted::LostAfterSend(e) => Some(e.clone()),
+                    Attempted::Answered { .. } => None,
+                },
+                evidence: evidence(&attempted),
             },
-            error: match &attempted {
-                Attempted::NotSent(e) | Attempted::LostAfterSend(e) => Some(e.clone()),
-                Attempted::Answered { .. } => None,
-            },
-            evidence: evidence(&attempted),
             sent: !probing && !matches!(attempted, Attempted::NotSent(_)),
         };
         Decision {

@@ -6,7 +6,7 @@ use crate::db::rows::{AttemptRow, EffectRow};
 use crate::deadletter::DeadLetterInput;
 use crate::ledger::storage::Result;
 use crate::ledger::Run;
-use crate::outbox::Effect;
+use crate::outbox::{AttemptView, Effect};
 use serde_json::{json, Value};
 
 /// Records a dead letter for `run` inside the caller's transaction (the
@@ -153,15 +153,19 @@ pub(super) async fn history(tx: &mut Tx<'_>, run: &Run) -> Result<History> {
             .await?;
         let mut attempts = Vec::new();
         for a in rows {
-            let a = a.into_view()?;
+            let AttemptView {
+                attempt,
+                outcome: a,
+                ..
+            } = a.into_view()?;
             if last.as_ref().is_none_or(|(at, _)| a.finished_at >= *at) {
-                let evidence = json!({ "effect_id": effect.id, "attempt": a.attempt,
+                let evidence = json!({ "effect_id": effect.id, "attempt": attempt,
                     "class": a.class, "evidence": a.evidence });
                 last = Some((a.finished_at, evidence));
                 last_effect = Some(effect.id.clone());
             }
             attempts.push(
-                json!({ "attempt": a.attempt, "class": a.class, "status": a.status,
+                json!({ "attempt": attempt, "class": a.class, "status": a.status,
                 "error": a.error, "started_at": a.started_at, "finished_at": a.finished_at }),
             );
         }

@@ -10,7 +10,7 @@ use crate::db::rows::{
 use crate::deadletter::{DeadLetterClass, DeadLetterInput};
 use crate::ledger::storage::{Result, StoreError};
 use crate::ledger::{Move, Run};
-use crate::outbox::{AttemptRecord, Decision, Effect, EffectRole, FailClass, Recorded, Verdict};
+use crate::outbox::{AttemptOutcome, Decision, Effect, EffectRole, FailClass, Recorded, Verdict};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
@@ -92,10 +92,10 @@ pub(super) async fn insert_attempts(
 ) -> Result<()> {
     let st = tx.st;
     let redactor = &st.redactor;
-    let evidence: Vec<(&Decision, &AttemptRecord, Value)> = decisions
+    let evidence: Vec<(&Decision, &AttemptOutcome, Value)> = decisions
         .iter()
         .filter_map(|d| {
-            let attempt = d.attempt.as_ref()?;
+            let attempt = &d.attempt.as_ref()?.outcome;
             let effect = written.get(&d.leased.effect.id)?;
             let mut evidence = attempt.evidence.clone();
             if redactor.applies(&effect.namespace) {
