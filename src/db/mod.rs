@@ -99,6 +99,13 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// The read side, outside any transaction.
     fn read(&self) -> &dyn exec::Read;
 
+    /// Where the request path's one-row reads go: SQLite reads them on
+    /// the calling thread, on connections of their own (no hand-off to
+    /// a pool's thread); elsewhere they are ordinary reads.
+    fn point_read(&self) -> &dyn exec::Read {
+        self.read()
+    }
+
     /// Runs `job` in one write transaction, committed or rolled back as it
     /// says; its output once that is durable.
     fn write<T: Send + 'static>(&self, job: Job<T>) -> impl Future<Output = Result<T>> + Send;
@@ -159,6 +166,16 @@ impl<B: Backend> Db<B> {
     pub(crate) fn reader(&self) -> Reader<'_> {
         Reader::new(
             self.backend.read(),
+            self.backend.statements(),
+            self.backend.now(),
+            self.backend.clock().now_ms(),
+        )
+    }
+
+    /// A one-row read's view on the request path ([`Backend::point_read`]).
+    pub(crate) fn point_reader(&self) -> Reader<'_> {
+        Reader::new(
+            self.backend.point_read(),
             self.backend.statements(),
             self.backend.now(),
             self.backend.clock().now_ms(),

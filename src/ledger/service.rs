@@ -128,6 +128,13 @@ impl Ledger<'_> {
         })
     }
 
+    /// Counts a claim answered by a read of the caller's own (a settled
+    /// run read together with what its part keeps beside it), as
+    /// [`Ledger::claim`] counts the claims the store answers.
+    pub fn answered(&self, namespace: &Namespace, outcome: &ClaimOutcome) {
+        self.events.claim_answered(namespace.as_str(), outcome);
+    }
+
     /// The lease a caller asked for (the default when `None`), within the
     /// bounds.
     ///

@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::Answer;
 use crate::clock::Millis;
 use crate::ledger::storage::Result;
-use crate::ledger::{IdempotencyKey, Moved, Namespace, OwnerCall};
+use crate::ledger::{IdempotencyKey, Moved, Namespace, OwnerCall, PayloadHash, Run};
 
 /// Storage calls of the proxy.
 #[async_trait]
@@ -25,6 +25,20 @@ pub trait ProxyStore: Send + Sync + std::fmt::Debug {
         answer: &Answer,
         window_ms: Millis,
     ) -> Result<Moved>;
+
+    /// A replay in one read: the run of a key that completed with
+    /// `payload_hash`, and the answer kept beside it while its window
+    /// lasts. `None` for anything else (no run, another payload, not
+    /// completed, no answer kept): the claim decides, as for a new key.
+    ///
+    /// # Errors
+    /// On database failure.
+    async fn replay(
+        &self,
+        namespace: &Namespace,
+        key: &IdempotencyKey,
+        payload_hash: &PayloadHash,
+    ) -> Result<Option<(Run, Answer)>>;
 
     /// The answer kept for a completed key, while its window lasts.
     ///

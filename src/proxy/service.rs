@@ -102,6 +102,9 @@ impl Proxy<'_> {
             claimed_by: caller.subject.clone(),
         };
         self.allowed(p).await?;
+        if let Some(reply) = self.replay_first(&claim).await? {
+            return Ok(reply);
+        }
         let deadline = Instant::now() + Duration::from_millis(p.config.wait_ms);
         loop {
             let claimed = self.ledger.claim(&claim).await.map_err(|e| match e {
@@ -174,6 +177,22 @@ impl Proxy<'_> {
             .map_err(|_| busy())?;
         p.target.pace().await;
         Ok(permit)
+    }
+
+    /// A completed key's replay from one read (its run and the answer
+    /// kept beside it), counted as the duplicate claim it stands for;
+    /// `None`: the claim decides (every other case, and a replay whose
+    /// answer the read did not find).
+    async fn replay_first(&self, claim: &ClaimRequest) -> Result<Option<Reply>, ProxyError> {
+        let found = self
+            .store
+            .replay(&claim.namespace, &claim.key, &claim.payload_hash)
+            .await?;
+        Ok(found.map(|(run, answer)| {
+            self.ledger
+                .answered(&claim.namespace, &ClaimOutcome::Duplicate(run));
+            Reply::Replayed(answer)
+        }))
     }
 
     /// The stored answer of a completed key, or why there is none.

@@ -269,6 +269,31 @@ async fn a_retry_replays_the_stored_answer_byte_for_byte(backend: Backend) {
             "status, headers and body, byte for byte"
         );
     }
+    // Each replay counts as the duplicate claim it stands for.
+    let text = s.app.scrape().await;
+    assert!(
+        text.lines().any(|l| l.starts_with("oncegate_claims_total{")
+            && l.contains("outcome=\"duplicate\"")
+            && l.ends_with(" 3")),
+        "{text}"
+    );
+    // Past its window the answer is gone: 409, still never a second forward.
+    s.app
+        .db
+        .exec("UPDATE proxy_answers SET expires_at = 0")
+        .await;
+    let (status, p) = problem(
+        s.request(&s.a, Some("\"k-9\""), "{\"name\":\"Ada\"}")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 409);
+    assert_eq!(
+        p["type"],
+        "urn:oncegate:problem:idempotency-key-answer-expired"
+    );
     let seen = s.upstream.requests();
     assert_eq!(seen.len(), 1, "the retries never reached the upstream");
     let sent = &seen[0];

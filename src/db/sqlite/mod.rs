@@ -161,6 +161,10 @@ impl Backend for SqliteBackend {
         &self.read
     }
 
+    fn point_read(&self) -> &dyn Read {
+        &self.points
+    }
+
     /// Runs the whole job on the writer's thread, inside a savepoint of the
     /// open batch; its output once the batch is durable.
     async fn write<T: Send + 'static>(&self, job: Job<T>) -> Result<T> {

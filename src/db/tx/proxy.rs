@@ -9,11 +9,12 @@ use super::deadletter::record_dead_letter;
 use super::ledger::{owner_move, MoveFields};
 use super::Owned;
 use crate::clock::Millis;
-use crate::db::exec::{Args, Tx};
+use crate::db::exec::{Args, FromRow, Row, Tx};
+use crate::db::rows::RunRow;
 use crate::db::{Backend, Db, Finish};
 use crate::deadletter::{DeadLetterClass, DeadLetterInput};
 use crate::ledger::storage::Result;
-use crate::ledger::{IdempotencyKey, Move, Moved, Namespace, OwnerCall};
+use crate::ledger::{IdempotencyKey, Move, Moved, Namespace, OwnerCall, PayloadHash, Run};
 use crate::proxy::{Answer, ProxyStore};
 
 /// `processing → completed` by the owner, the answer kept for `window_ms`.
@@ -71,6 +72,31 @@ async fn unknown(
     Ok(moved)
 }
 
+/// An answer as kept.
+fn kept(status: i64, headers: &str, body: Vec<u8>) -> Answer {
+    Answer {
+        status: u16::try_from(status).unwrap_or(502),
+        headers: Answer::parse_headers(headers),
+        body,
+    }
+}
+
+/// A row of the replay read: the run and its kept answer.
+struct ReplayRow {
+    run: RunRow,
+    answer: Answer,
+}
+
+impl FromRow for ReplayRow {
+    fn from_row(row: &dyn Row) -> Result<Self> {
+        let headers: String = row.get("answer_headers")?;
+        Ok(Self {
+            run: RunRow::from_row(row)?,
+            answer: kept(row.get("answer_status")?, &headers, row.get("answer_body")?),
+        })
+    }
+}
+
 #[async_trait]
 impl<B: Backend> ProxyStore for Db<B> {
     async fn complete_with_answer(
@@ -88,22 +114,36 @@ impl<B: Backend> ProxyStore for Db<B> {
         self.owned(call, moved).await
     }
 
+    async fn replay(
+        &self,
+        namespace: &Namespace,
+        key: &IdempotencyKey,
+        payload_hash: &PayloadHash,
+    ) -> Result<Option<(Run, Answer)>> {
+        let rd = self.point_reader();
+        let args = Args::new()
+            .bind(rd.now)
+            .bind(namespace.as_str())
+            .bind(key.as_str())
+            .bind(payload_hash.as_str());
+        let Some(row) = rd.optional::<ReplayRow>(&rd.st.proxy.replay, args).await? else {
+            return Ok(None);
+        };
+        Ok(Some((row.run.to_run()?, row.answer)))
+    }
+
     async fn stored_answer(
         &self,
         namespace: &Namespace,
         key: &IdempotencyKey,
     ) -> Result<Option<Answer>> {
-        let rd = self.reader();
+        let rd = self.point_reader();
         let args = Args::new()
             .bind(rd.now)
             .bind(namespace.as_str())
             .bind(key.as_str());
         let row: Option<(i64, String, Vec<u8>)> = rd.optional(&rd.st.proxy.answer, args).await?;
-        Ok(row.map(|(status, headers, body)| Answer {
-            status: u16::try_from(status).unwrap_or(502),
-            headers: Answer::parse_headers(&headers),
-            body,
-        }))
+        Ok(row.map(|(status, headers, body)| kept(status, &headers, body)))
     }
 
     async fn outcome_unknown(
