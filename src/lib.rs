@@ -59,6 +59,8 @@
 //! - [`cli`]: the commands the `oncegate` binary runs, one file per group.
 //! - [`config`]: the TOML file layered with `ONCEGATE_*` variables; each
 //!   section checks itself, and each part is handed only its own sections.
+//! - [`canonical`]: RFC 8785 canonical JSON, written directly (audit
+//!   entries and claim payloads are hashed over it on every claim).
 //! - [`clock`]: injected time, so leases and expiry are tested by hand.
 //! - [`criteria`]: how the paged lists (dead letters, deliveries) read
 //!   their search text: blanks, page sizes, ages and times, the cursor.
@@ -104,6 +106,7 @@ pub mod api;
 pub mod app;
 pub mod approval;
 pub mod audit;
+pub mod canonical;
 // Crash points for the chaos tests, inert without the `chaos` feature.
 pub mod chaos;
 pub mod cli;

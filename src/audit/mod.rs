@@ -15,9 +15,10 @@
 //!   it, did we send, who approved, which model drafted".
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::canonical;
 use crate::clock::Millis;
 
 mod chain;
@@ -102,29 +103,54 @@ impl AuditEntry {
         }
     }
 
-    /// The hash of this entry chained onto `prev_hash` (None for the first).
+    /// The hash of this entry chained onto `prev_hash` (None for the first):
+    /// SHA-256 over the previous hash, a newline, and the entry's RFC 8785
+    /// canonical JSON (its members in key order, written directly: this runs
+    /// on every claim and move).
     pub fn chain_hash(&self, prev_hash: Option<&str>) -> String {
-        let body = json!({
-            "namespace": self.namespace,
-            "key": self.key,
-            "seq": self.seq,
-            "kind": self.kind,
-            "actor": self.actor,
-            "from_state": self.from_state,
-            "to_state": self.to_state,
-            "version": self.version,
-            "detail": self.detail,
-            "created_at": self.created_at,
-        });
-        // Canonical JSON of plain values cannot fail; fall back to serde's
-        // form rather than panic if it ever did.
-        let canonical = serde_json_canonicalizer::to_vec(&body)
-            .unwrap_or_else(|_| body.to_string().into_bytes());
+        let mut body = Vec::with_capacity(256);
+        body.extend_from_slice(b"{\"actor\":");
+        canonical::str_into(&mut body, &self.actor);
+        body.extend_from_slice(b",\"created_at\":");
+        canonical::int_into(&mut body, self.created_at);
+        body.extend_from_slice(b",\"detail\":");
+        let detail_at = body.len();
+        if canonical::value_into(&mut body, &self.detail).is_err() {
+            // Only an arbitrary-precision number could get here; hash
+            // serde's form of the detail rather than panic.
+            body.truncate(detail_at);
+            body.extend_from_slice(self.detail.to_string().as_bytes());
+        }
+        body.extend_from_slice(b",\"from_state\":");
+        opt_str_into(&mut body, self.from_state.as_deref());
+        body.extend_from_slice(b",\"key\":");
+        canonical::str_into(&mut body, &self.key);
+        body.extend_from_slice(b",\"kind\":");
+        canonical::str_into(&mut body, &self.kind);
+        body.extend_from_slice(b",\"namespace\":");
+        canonical::str_into(&mut body, &self.namespace);
+        body.extend_from_slice(b",\"seq\":");
+        canonical::int_into(&mut body, self.seq);
+        body.extend_from_slice(b",\"to_state\":");
+        opt_str_into(&mut body, self.to_state.as_deref());
+        body.extend_from_slice(b",\"version\":");
+        match self.version {
+            Some(v) => canonical::int_into(&mut body, v),
+            None => body.extend_from_slice(b"null"),
+        }
+        body.push(b'}');
         let mut hasher = Sha256::new();
         hasher.update(prev_hash.unwrap_or("").as_bytes());
         hasher.update(b"\n");
-        hasher.update(&canonical);
+        hasher.update(&body);
         format!("sha256:{}", hex::encode(hasher.finalize()))
+    }
+}
+
+fn opt_str_into(out: &mut Vec<u8>, s: Option<&str>) {
+    match s {
+        Some(s) => canonical::str_into(out, s),
+        None => out.extend_from_slice(b"null"),
     }
 }
 
@@ -161,6 +187,8 @@ pub fn verify_chain(records: &[AuditRecord]) -> Result<(), i64> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn entry(seq: i64, kind: &str) -> AuditEntry {
@@ -214,5 +242,49 @@ mod tests {
         let mut deleted = chain(&["claim", "renew", "complete"]);
         deleted.remove(1);
         assert_eq!(verify_chain(&deleted), Err(2));
+    }
+
+    /// The hash as every stored chain was written before the direct writer:
+    /// serde_json_canonicalizer over the entry as a JSON object.
+    fn hash_via_the_crate(e: &AuditEntry, prev: Option<&str>) -> String {
+        let body = json!({
+            "namespace": e.namespace, "key": e.key, "seq": e.seq, "kind": e.kind,
+            "actor": e.actor, "from_state": e.from_state, "to_state": e.to_state,
+            "version": e.version, "detail": e.detail, "created_at": e.created_at,
+        });
+        let canonical = serde_json_canonicalizer::to_vec(&body).expect("canonical");
+        let mut hasher = Sha256::new();
+        hasher.update(prev.unwrap_or("").as_bytes());
+        hasher.update(b"\n");
+        hasher.update(&canonical);
+        format!("sha256:{}", hex::encode(hasher.finalize()))
+    }
+
+    #[test]
+    fn chain_hash_is_the_canonical_form_stored_chains_were_written_with() {
+        let odd = "k\"\\\n\u{1}é\u{1f600}/";
+        let mut cases = vec![entry(1, "claim"), entry(2, "complete")];
+        cases.push(AuditEntry {
+            from_state: Some("processing".into()),
+            to_state: None,
+            version: None,
+            detail: json!({"z": [1.5, null, {"\u{e000}": 1, "\u{1f600}": 2}], "a": odd, "n": 9_007_199_254_740_993_u64}),
+            ..entry(3, odd)
+        });
+        cases.push(AuditEntry::unmoved(
+            odd,
+            odd,
+            i64::MAX,
+            odd,
+            odd,
+            json!(null),
+            i64::MIN,
+        ));
+        cases.push(AuditEntry::unmoved("ns", "", 0, "", "", json!([]), 0));
+        for e in &cases {
+            for prev in [None, Some("sha256:00")] {
+                assert_eq!(e.chain_hash(prev), hash_via_the_crate(e, prev), "{e:?}");
+            }
+        }
     }
 }

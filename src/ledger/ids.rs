@@ -162,8 +162,8 @@ impl PayloadHash {
                 ),
             ));
         }
-        let canonical = serde_json_canonicalizer::to_vec(value)
-            .map_err(|e| InvalidId::new("payload", format!("cannot be canonicalised: {e}")))?;
+        let canonical = crate::canonical::to_vec(value)
+            .map_err(|e| InvalidId::new("payload", e.to_string()))?;
         Ok(Self::of_bytes(&canonical))
     }
 

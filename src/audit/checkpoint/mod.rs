@@ -121,8 +121,8 @@ impl Checkpoint {
             "reason": self.reason,
             "prev_hash": self.prev_hash,
         });
-        let canonical = serde_json_canonicalizer::to_vec(&body)
-            .unwrap_or_else(|_| body.to_string().into_bytes());
+        let canonical =
+            crate::canonical::to_vec(&body).unwrap_or_else(|_| body.to_string().into_bytes());
         format!("sha256:{}", hex::encode(Sha256::digest(canonical)))
     }
 }
