@@ -47,7 +47,7 @@
 mod writer;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
@@ -88,12 +88,15 @@ pub struct GroupCommitStats {
     pub batches: u64,
     /// Jobs in them (kept or rolled back to their savepoint).
     pub jobs: u64,
+    /// Times the writer started the WAL over (see [`writer`]).
+    pub wal_restarts: u64,
 }
 
 #[derive(Debug, Default)]
 struct Counters {
     batches: AtomicU64,
     jobs: AtomicU64,
+    wal_restarts: AtomicU64,
 }
 
 /// Where the write connection is and how it waits on a lock.
@@ -193,9 +196,11 @@ impl GroupCommit {
         let (opened, open) = oneshot::channel();
         let (checkpoints, due) = mpsc::sync_channel(1);
         let checkpointer = NativeConn::open(&settings.path, settings.busy_timeout)?;
+        let restart_due = Arc::new(AtomicBool::new(false));
+        let asks = restart_due.clone();
         std::thread::Builder::new()
             .name("oncegate-checkpoint".into())
-            .spawn(move || writer::checkpoint(checkpointer, due))
+            .spawn(move || writer::checkpoint(checkpointer, due, &asks))
             .map_err(|_| StoreError::WriterClosed)?;
         let writer = Writer {
             checkpoints,
@@ -208,6 +213,8 @@ impl GroupCommit {
             statements: settings.statements.clone(),
             clock: settings.clock.clone(),
             next: None,
+            restart_due,
+            busy_timeout: settings.busy_timeout,
         };
         // Tokio's context, should a job ever await something of it.
         let runtime = tokio::runtime::Handle::try_current().ok();
@@ -235,6 +242,7 @@ impl GroupCommit {
         GroupCommitStats {
             batches: self.counters.batches.load(Ordering::Relaxed),
             jobs: self.counters.jobs.load(Ordering::Relaxed),
+            wal_restarts: self.counters.wal_restarts.load(Ordering::Relaxed),
         }
     }
 

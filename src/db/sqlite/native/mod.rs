@@ -114,6 +114,38 @@ impl NativeConn {
         }
     }
 
+    /// A passive checkpoint: the WAL's frames, and how many of them are
+    /// now copied into the database file.
+    ///
+    /// # Errors
+    /// The checkpoint failed.
+    pub(crate) fn checkpoint_passive(&self) -> Result<(i64, i64), rusqlite::Error> {
+        self.conn
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+                Ok((r.get(1)?, r.get(2)?))
+            })
+    }
+
+    /// Copies every frame of the WAL into the database file and waits up
+    /// to `patience` for the readers still on the WAL, so that the next
+    /// write starts the WAL over from its beginning; whether it could.
+    /// The connection's busy timeout is `usual` again afterwards.
+    ///
+    /// # Errors
+    /// The checkpoint failed for another reason than a busy reader.
+    pub(crate) fn restart_wal(
+        &self,
+        patience: Duration,
+        usual: Duration,
+    ) -> Result<bool, rusqlite::Error> {
+        self.conn.busy_timeout(patience)?;
+        let busy = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(RESTART)", [], |r| r.get::<_, i64>(0));
+        self.conn.busy_timeout(usual)?;
+        Ok(busy? == 0)
+    }
+
     /// Whether the connection is inside a transaction.
     pub(crate) fn in_transaction(&self) -> bool {
         !self.conn.is_autocommit()
