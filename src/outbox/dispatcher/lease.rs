@@ -123,6 +123,12 @@ impl Dispatcher {
                 }
             };
             backlog = want > 0 && leased.len() as i64 >= want;
+            // A lease short of its room under a cluster-wide concurrency
+            // may have been held back by effects that are decided but not
+            // yet recorded (still `sending` in the database, for every
+            // instance): lease again once a record frees them, not at the
+            // idle poll.
+            let held_back = want > 0 && !backlog && rooms.iter().any(|r| r.cluster.concurrency > 0);
             // A target paced by its rate leases again soon: its bucket
             // refills while this instance would otherwise sleep.
             let paced = leased.iter().any(|l| {
@@ -168,6 +174,7 @@ impl Dispatcher {
                 () = shutdown.cancelled() => break,
                 () = self.wake.notified() => {}
                 () = self.freed.notified(), if capped => {}
+                () = self.recorded.notified(), if held_back => {}
                 () = tokio::time::sleep(self.idle_poll(paced)) => {}
             }
         }

@@ -87,6 +87,9 @@ pub struct Dispatcher {
     capacity: usize,
     /// Signalled whenever a leased effect is decided (its share freed).
     freed: Notify,
+    /// Signalled whenever decisions are recorded: their effects leave
+    /// `sending`, which frees room under a cluster-wide concurrency.
+    recorded: Notify,
     /// Turns which target a lease serves first.
     turn: AtomicUsize,
     switch: KillSwitch,
@@ -163,6 +166,7 @@ impl Dispatcher {
             shares,
             capacity,
             freed: Notify::new(),
+            recorded: Notify::new(),
             turn: AtomicUsize::new(0),
             clock,
             metrics,

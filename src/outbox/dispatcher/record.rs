@@ -59,7 +59,9 @@ impl Dispatcher {
             // Sent and answered, not yet recorded (the chaos tests die here).
             crate::chaos::point("after_send_before_record");
         }
-        for outcome in &self.store.record_decisions(decisions).await? {
+        let outcomes = self.store.record_decisions(decisions).await?;
+        self.recorded.notify_one();
+        for outcome in &outcomes {
             match outcome {
                 Recorded::Lost => report.lost += 1,
                 Recorded::Written { ended: Some(run) } => self.metrics.run_moved(run),
