@@ -33,6 +33,10 @@
 //! commits, as the automatic one would, but without stalling the batch
 //! whose commit crossed the threshold (copying frames to the database file
 //! and syncing it cost several of the writer's commits).
+//! That thread alone never lets the WAL start over under sustained writes
+//! (SQLite restarts it only once every frame is copied back), so when the
+//! WAL passes 16 MiB it asks the writer, which restarts it between two
+//! batches (`wal_checkpoint(RESTART)`, waiting briefly for readers).
 //!
 //! # Running a new write through it
 //!
