@@ -118,18 +118,14 @@ pub fn str_into(out: &mut Vec<u8>, s: &str) {
 
 /// Appends an integer as RFC 8785 writes it.
 pub fn int_into(out: &mut Vec<u8>, n: i64) {
-    if n.unsigned_abs() <= MAX_EXACT_INTEGER {
-        // Writing into a Vec cannot fail.
-        let _ = write!(out, "{n}");
-    } else {
-        // The nearest double, in ECMAScript's form; an i64 is always finite.
-        let _ = number_into(out, &Number::from(n));
-    }
+    // An i64 is always finite: it cannot fail.
+    let _ = number_into(out, &Number::from(n));
 }
 
 fn number_into(out: &mut Vec<u8>, n: &Number) -> Result<(), NotCanonical> {
     if let Some(i) = n.as_i64() {
         if i.unsigned_abs() <= MAX_EXACT_INTEGER {
+            // Writing into a Vec cannot fail.
             let _ = write!(out, "{i}");
             return Ok(());
         }

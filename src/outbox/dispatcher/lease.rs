@@ -123,12 +123,6 @@ impl Dispatcher {
                 }
             };
             backlog = want > 0 && leased.len() as i64 >= want;
-            // A lease short of its room under a cluster-wide concurrency
-            // may have been held back by effects that are decided but not
-            // yet recorded (still `sending` in the database, for every
-            // instance): lease again once a record frees them, not at the
-            // idle poll.
-            let held_back = want > 0 && !backlog && rooms.iter().any(|r| r.cluster.concurrency > 0);
             // A target paced by its rate leases again soon: its bucket
             // refills while this instance would otherwise sleep.
             let paced = leased.iter().any(|l| {
@@ -170,6 +164,12 @@ impl Dispatcher {
             // A target at its share leases again as soon as one of its
             // effects is decided.
             let capped = self.shares.values().any(|s| s.free() == 0);
+            // A lease short of its room (no backlog here) under a
+            // cluster-wide concurrency may have been held back by effects
+            // decided but not yet recorded (still `sending` in the database,
+            // for every instance): lease again once a record frees them,
+            // not at the idle poll.
+            let held_back = want > 0 && rooms.iter().any(|r| r.cluster.concurrency > 0);
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 () = self.wake.notified() => {}
