@@ -34,10 +34,11 @@ use crate::deadletter::port::{DeadLetterStore, JobStore, ReplayStore};
 use crate::ingress::port::IngressStore;
 use crate::ingress::RawEvent;
 use crate::ledger::port::{LedgerStore, RecoveryStore};
-use crate::ledger::{ClaimOutcome, ClaimRequest};
+use crate::ledger::{ClaimOutcome, ClaimRequest, IdempotencyKey, Namespace, PayloadHash};
 use crate::metrics::port::GaugeStore;
 use crate::outbox::port::OutboxStore;
 use crate::outbox::NewEffect;
+use crate::proxy::Answer;
 use crate::retention::port::RetentionStore;
 use crate::tokens::port::TokenStore;
 use crate::validate::port::OutputStore;
@@ -130,6 +131,18 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         event: &RawEvent,
         forward: &NewEffect,
     ) -> impl Future<Output = Result<Option<ClaimOutcome>>> + Send;
+
+    /// The proxy's replay read, batched with its neighbours' where the
+    /// backend batches them (PostgreSQL); `None`: read it alone.
+    fn replay_batched(
+        &self,
+        namespace: &Namespace,
+        key: &IdempotencyKey,
+        payload_hash: &PayloadHash,
+    ) -> impl Future<Output = Option<Option<Answer>>> + Send {
+        let _ = (namespace, key, payload_hash);
+        std::future::ready(None)
+    }
 
     /// Applies pending migrations.
     fn migrate(&self) -> impl Future<Output = Result<()>> + Send;

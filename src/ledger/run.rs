@@ -156,11 +156,14 @@ impl ClaimOutcome {
         "conflict",
     ];
 
+    /// The metric label of a duplicate's answer.
+    pub const DUPLICATE: &'static str = "duplicate";
+
     /// The metric label of this outcome (one of [`Self::LABELS`]).
     pub fn label(&self) -> &'static str {
         match self {
             Self::Claimed { .. } => "claimed",
-            Self::Duplicate(_) => "duplicate",
+            Self::Duplicate(_) => Self::DUPLICATE,
             Self::InFlight(_) => "in_flight",
             Self::Finished(_) | Self::Exhausted(_) => "finished",
             Self::DuplicateOf(_) => "duplicate_of",

@@ -13,8 +13,9 @@ use crate::clock::Clock;
 /// What the ledger reports as it answers (the metrics implement it, so
 /// the ledger does not depend on them).
 pub trait LedgerEvents: Send + Sync + std::fmt::Debug {
-    /// A claim was answered with `outcome`.
-    fn claim_answered(&self, namespace: &str, outcome: &ClaimOutcome);
+    /// A claim was answered with the outcome labelled `label` (one of
+    /// [`ClaimOutcome::LABELS`]).
+    fn claim_answered(&self, namespace: &str, label: &'static str);
     /// A lease expired and another claimer took the run over.
     fn lease_stolen(&self, namespace: &str);
     /// A key came again with another payload.
@@ -78,7 +79,7 @@ impl Ledger<'_> {
             crate::chaos::point("after_claim");
         }
         let ns = req.namespace.as_str();
-        self.events.claim_answered(ns, &outcome);
+        self.events.claim_answered(ns, outcome.label());
         let mut retry_after_secs = None;
         match &outcome {
             ClaimOutcome::Claimed {
@@ -128,11 +129,12 @@ impl Ledger<'_> {
         })
     }
 
-    /// Counts a claim answered by a read of the caller's own (a settled
-    /// run read together with what its part keeps beside it), as
+    /// Counts a completed key answered by a read of the caller's own (the
+    /// proxy's kept answer) as the duplicate claim it stands for, as
     /// [`Ledger::claim`] counts the claims the store answers.
-    pub fn answered(&self, namespace: &Namespace, outcome: &ClaimOutcome) {
-        self.events.claim_answered(namespace.as_str(), outcome);
+    pub fn replayed(&self, namespace: &Namespace) {
+        self.events
+            .claim_answered(namespace.as_str(), ClaimOutcome::DUPLICATE);
     }
 
     /// The lease a caller asked for (the default when `None`), within the

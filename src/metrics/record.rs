@@ -106,8 +106,7 @@ impl Metrics {
 
     /// A claim (API or ingress) got its answer.
     pub fn claim_answered(&self, namespace: &str, outcome: &ClaimOutcome) {
-        let ns = self.bounds.namespaces.label(namespace);
-        self.claims.with_label_values(&[ns, outcome.label()]).inc();
+        crate::ledger::service::LedgerEvents::claim_answered(self, namespace, outcome.label());
     }
 
     /// A claim took over a run whose owner's lease had expired.
@@ -280,8 +279,9 @@ impl crate::ledger::tier::TierEvents for Metrics {
 }
 
 impl crate::ledger::service::LedgerEvents for Metrics {
-    fn claim_answered(&self, namespace: &str, outcome: &ClaimOutcome) {
-        Metrics::claim_answered(self, namespace, outcome);
+    fn claim_answered(&self, namespace: &str, label: &'static str) {
+        let ns = self.bounds.namespaces.label(namespace);
+        self.claims.with_label_values(&[ns, label]).inc();
     }
 
     fn lease_stolen(&self, namespace: &str) {

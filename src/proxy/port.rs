@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::Answer;
 use crate::clock::Millis;
 use crate::ledger::storage::Result;
-use crate::ledger::{IdempotencyKey, Moved, Namespace, OwnerCall, PayloadHash, Run};
+use crate::ledger::{IdempotencyKey, Moved, Namespace, OwnerCall, PayloadHash};
 
 /// Storage calls of the proxy.
 #[async_trait]
@@ -26,10 +26,10 @@ pub trait ProxyStore: Send + Sync + std::fmt::Debug {
         window_ms: Millis,
     ) -> Result<Moved>;
 
-    /// A replay in one read: the run of a key that completed with
-    /// `payload_hash`, and the answer kept beside it while its window
-    /// lasts. `None` for anything else (no run, another payload, not
-    /// completed, no answer kept): the claim decides, as for a new key.
+    /// A replay in one read: the answer kept beside the run of a key that
+    /// completed with `payload_hash`, while its window lasts. `None` for
+    /// anything else (no run, another payload, not completed, no answer
+    /// kept): the claim decides, as for a new key.
     ///
     /// # Errors
     /// On database failure.
@@ -38,7 +38,7 @@ pub trait ProxyStore: Send + Sync + std::fmt::Debug {
         namespace: &Namespace,
         key: &IdempotencyKey,
         payload_hash: &PayloadHash,
-    ) -> Result<Option<(Run, Answer)>>;
+    ) -> Result<Option<Answer>>;
 
     /// The answer kept for a completed key, while its window lasts.
     ///

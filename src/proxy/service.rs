@@ -188,9 +188,8 @@ impl Proxy<'_> {
             .store
             .replay(&claim.namespace, &claim.key, &claim.payload_hash)
             .await?;
-        Ok(found.map(|(run, answer)| {
-            self.ledger
-                .answered(&claim.namespace, &ClaimOutcome::Duplicate(run));
+        Ok(found.map(|answer| {
+            self.ledger.replayed(&claim.namespace);
             Reply::Replayed(answer)
         }))
     }

@@ -1,7 +1,7 @@
 //! Concurrent claims batched into shared commits (SQLite's group commit,
 //! PostgreSQL's claim batcher), on a real store: duplicates inside one
 //! batch get the answers duplicates across batches get, and one bad claim
-//! fails alone.
+//! fails alone. PostgreSQL's batched proxy replays answer as single reads.
 
 use std::sync::Arc;
 
@@ -17,9 +17,11 @@ use oncegate::ingress::port::IngressStore;
 use oncegate::ingress::{RawEvent, RawStatus};
 use oncegate::ledger::port::LedgerStore;
 use oncegate::ledger::{
-    ClaimOutcome, ClaimRequest, IdempotencyKey, Namespace, PayloadHash, RunMetadata, RunState,
+    ClaimOutcome, ClaimRequest, IdempotencyKey, Namespace, OwnerCall, PayloadHash, RunMetadata,
+    RunState,
 };
 use oncegate::outbox::{EffectRole, EffectSpec, NewEffect};
+use oncegate::proxy::{Answer, ProxyStore};
 
 use crate::harness::{on_both_backends, Backend, TestDb};
 
@@ -68,6 +70,13 @@ impl Store {
         }
     }
 
+    fn proxy(&self) -> Arc<dyn ProxyStore> {
+        match self {
+            Self::Sqlite(s) => s.clone(),
+            Self::Postgres(s) => s.clone(),
+        }
+    }
+
     fn audit(&self) -> Arc<dyn AuditStore> {
         match self {
             Self::Sqlite(s) => s.clone(),
@@ -84,7 +93,7 @@ impl Store {
             }
             Self::Postgres(s) => {
                 let stats = s.intake_batches();
-                (stats.batches, stats.claims)
+                (stats.batches, stats.requests)
             }
         }
     }
@@ -98,7 +107,7 @@ impl Store {
             }
             Self::Postgres(s) => {
                 let stats = s.claim_batches();
-                (stats.batches, stats.claims)
+                (stats.batches, stats.requests)
             }
         }
     }
@@ -144,6 +153,7 @@ on_both_backends!(
     one_key_claimed_100_times_at_once_has_one_winner,
     ten_keys_claimed_ten_times_each_have_ten_winners,
     one_event_delivered_100_times_at_once_is_accepted_once,
+    proxy_replays_read_at_once_answer_as_each_alone,
 );
 
 async fn one_key_claimed_100_times_at_once_has_one_winner(backend: Backend) {
@@ -340,4 +350,86 @@ async fn one_event_delivered_100_times_at_once_is_accepted_once(backend: Backend
     verify_chain(&trail).unwrap();
     let (batches, intakes) = store.intake_batching();
     assert!(intakes > batches, "{intakes} intakes in {batches} batches");
+}
+
+/// Replays of kept proxy answers read all at once (on PostgreSQL, in
+/// shared statements) answer exactly as one read each: the kept answer
+/// for a completed key with its payload, nothing for another
+/// payload, an unknown key, a key in flight or an answer past its window.
+async fn proxy_replays_read_at_once_answer_as_each_alone(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let store = Store::open(&db).await;
+    let (ledger, proxy) = (store.ledger(), store.proxy());
+    let answer_of = |i: usize| Answer {
+        status: 200 + u16::try_from(i % 3).unwrap(),
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: format!("{{\"lead\":{i}}}").into_bytes(),
+    };
+    // evt_0..evt_19 completed with their answers (evt_19's window already
+    // over), evt_in_flight claimed and never completed.
+    for i in 0..20 {
+        let req = request(&format!("evt_{i}"));
+        let ClaimOutcome::Claimed { run, lease, .. } = ledger.claim(&req).await.unwrap() else {
+            panic!("evt_{i} is new");
+        };
+        let call = OwnerCall {
+            namespace: run.namespace,
+            key: run.key,
+            lease,
+            actor: "n8n".into(),
+        };
+        let window = if i == 19 { 0 } else { 60_000 };
+        proxy
+            .complete_with_answer(&call, &answer_of(i), window)
+            .await
+            .unwrap();
+    }
+    ledger.claim(&request("evt_in_flight")).await.unwrap();
+
+    let other = PayloadHash::of_bytes(b"another body");
+    let mut reads: Vec<(String, PayloadHash)> = Vec::new();
+    for i in 0..20 {
+        // Each kept key three times, so repeats share a batch.
+        for _ in 0..3 {
+            reads.push((format!("evt_{i}"), request("x").payload_hash));
+        }
+        reads.push((format!("evt_{i}"), other.clone()));
+    }
+    reads.push(("evt_in_flight".into(), request("x").payload_hash));
+    reads.push(("evt_never".into(), request("x").payload_hash));
+
+    let gate = Arc::new(tokio::sync::Barrier::new(reads.len()));
+    let tasks: Vec<_> = reads
+        .iter()
+        .cloned()
+        .map(|(key, hash)| {
+            let (proxy, gate) = (proxy.clone(), gate.clone());
+            tokio::spawn(async move {
+                gate.wait().await;
+                let ns = Namespace::parse("stripe").unwrap();
+                let key = IdempotencyKey::parse(&key).unwrap();
+                proxy.replay(&ns, &key, &hash).await.unwrap()
+            })
+        })
+        .collect();
+    let found = futures_util::future::join_all(tasks).await;
+    for ((key, hash), found) in reads.iter().zip(found) {
+        let found = found.unwrap();
+        let i: Option<usize> = key.strip_prefix("evt_").and_then(|n| n.parse().ok());
+        match i {
+            Some(i) if i < 19 && *hash != other => {
+                let answer = found.unwrap_or_else(|| panic!("{key} replays"));
+                assert_eq!(answer, answer_of(i), "{key}'s answer, byte for byte");
+            }
+            _ => assert!(found.is_none(), "{key} with {hash:?} does not replay"),
+        }
+    }
+    if let Store::Postgres(s) = &store {
+        let stats = s.replay_batches();
+        assert_eq!(stats.requests, reads.len() as u64);
+        assert!(
+            stats.batches < stats.requests,
+            "the reads shared statements: {stats:?}"
+        );
+    }
 }

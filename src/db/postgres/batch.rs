@@ -24,15 +24,15 @@
 //! own, and one bad request fails alone.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use sqlx::postgres::PgRow;
 use sqlx::PgPool;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot};
 
 use super::claim::{self, Prepared};
 use super::intake::{self, PreparedIntake};
+use super::queue::{drive, BatchStats, Counters, Now};
 use crate::audit::Redactor;
 use crate::db::exec::{FromRow, Row};
 use crate::db::rows::RunRow;
@@ -40,28 +40,6 @@ use crate::ingress::RawEvent;
 use crate::ledger::storage::Result;
 use crate::ledger::{ClaimOutcome, ClaimRequest, Run};
 use crate::outbox::NewEffect;
-
-/// Most requests in one statement.
-const MAX_BATCH: usize = 256;
-
-/// Batches in flight at once, per kind. While they run, requests queue
-/// for the next one.
-const IN_FLIGHT: usize = 2;
-
-/// What a batcher has sent so far.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ClaimBatchStats {
-    /// Statements sent.
-    pub batches: u64,
-    /// Requests they answered or passed on.
-    pub claims: u64,
-}
-
-#[derive(Debug, Default)]
-struct Counters {
-    batches: AtomicU64,
-    claims: AtomicU64,
-}
 
 /// What a batcher writes for each request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,9 +76,6 @@ pub(crate) struct Batcher {
     counters: Arc<Counters>,
 }
 
-/// The time bound into each statement (`None`: the database's clock).
-pub(crate) type Now = Arc<dyn Fn() -> Option<i64> + Send + Sync>;
-
 impl Batcher {
     /// Starts a batcher's task on the current runtime.
     pub(crate) fn start(pool: PgPool, now: Now, kind: Kind) -> Self {
@@ -111,11 +86,8 @@ impl Batcher {
     }
 
     /// Statements and requests so far.
-    pub(crate) fn stats(&self) -> ClaimBatchStats {
-        ClaimBatchStats {
-            batches: self.counters.batches.load(Ordering::Relaxed),
-            claims: self.counters.claims.load(Ordering::Relaxed),
-        }
+    pub(crate) fn stats(&self) -> BatchStats {
+        self.counters.stats()
     }
 
     /// Claims `req` in the next batch if its key is new, or answers it
@@ -173,35 +145,14 @@ async fn run(
     pool: PgPool,
     now: Now,
     kind: Kind,
-    mut rx: mpsc::UnboundedReceiver<Waiting>,
+    rx: mpsc::UnboundedReceiver<Waiting>,
     counters: Arc<Counters>,
 ) {
-    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    loop {
-        if rx.recv_many(&mut batch, MAX_BATCH).await == 0 {
-            return;
-        }
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        // Everything that queued while the batches in flight ran.
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(waiting) => batch.push(waiting),
-                Err(_) => break,
-            }
-        }
-        counters.batches.fetch_add(1, Ordering::Relaxed);
-        let n = batch.len() as u64;
-        counters.claims.fetch_add(n, Ordering::Relaxed);
+    drive(rx, &counters, |requests| {
         let (pool, now) = (pool.clone(), now());
-        let requests = std::mem::replace(&mut batch, Vec::with_capacity(MAX_BATCH));
-        tokio::spawn(async move {
-            send(&pool, now, kind, requests).await;
-            drop(slot);
-        });
-    }
+        async move { send(&pool, now, kind, requests).await }
+    })
+    .await;
 }
 
 /// A row the statement returned: a run it wrote, or the settled run that

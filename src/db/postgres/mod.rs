@@ -5,7 +5,8 @@
 //! who owns a run. Migrations take PostgreSQL's advisory lock, so processes
 //! starting together apply them once. Writes are pool transactions;
 //! concurrent claims of new keys, and concurrent intakes of new webhook
-//! events, share one statement and one commit ([`batch`]).
+//! events, share one statement and one commit ([`batch`]); concurrent
+//! replays of the proxy's kept answers share one read ([`proxy_replay`]).
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -20,14 +21,17 @@ use super::{Backend, Db, Finish, Job, StoreOptions};
 use crate::clock::{Millis, SharedClock};
 use crate::ingress::RawEvent;
 use crate::ledger::storage::{Result, StoreError};
-use crate::ledger::{ClaimOutcome, ClaimRequest};
+use crate::ledger::{ClaimOutcome, ClaimRequest, IdempotencyKey, Namespace, PayloadHash};
 use crate::outbox::NewEffect;
+use crate::proxy::Answer;
 
 pub mod batch;
 pub mod claim;
 pub mod intake;
+pub mod proxy_replay;
+mod queue;
 
-pub use batch::ClaimBatchStats;
+pub use queue::BatchStats;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
@@ -43,6 +47,7 @@ pub struct PgBackend {
     pool: PgPool,
     claims: batch::Batcher,
     intakes: batch::Batcher,
+    replays: proxy_replay::ReplayBatcher,
     st: Arc<Statements>,
     clock: SharedClock,
     use_db_clock: bool,
@@ -76,12 +81,14 @@ impl Db<PgBackend> {
             .redacting(options.redaction.clone())
             .recovering(options.ledger.clone());
         let (clock, use_db_clock) = (options.clock.clone(), options.use_db_clock);
-        let now: batch::Now = Arc::new(move || (!use_db_clock).then(|| clock.now_ms()));
+        let now: queue::Now = Arc::new(move || (!use_db_clock).then(|| clock.now_ms()));
         let claims = batch::Batcher::start(pool.clone(), now.clone(), batch::Kind::Claims);
-        let intakes = batch::Batcher::start(pool.clone(), now, batch::Kind::Intakes);
+        let intakes = batch::Batcher::start(pool.clone(), now.clone(), batch::Kind::Intakes);
+        let replays = proxy_replay::ReplayBatcher::start(pool.clone(), now);
         Ok(Self::new(PgBackend {
             claims,
             intakes,
+            replays,
             pool,
             st: Arc::new(st),
             clock: options.clock,
@@ -95,13 +102,18 @@ impl Db<PgBackend> {
     }
 
     /// The claim batches sent so far.
-    pub fn claim_batches(&self) -> ClaimBatchStats {
+    pub fn claim_batches(&self) -> BatchStats {
         self.backend().claims.stats()
     }
 
     /// The intake batches sent so far.
-    pub fn intake_batches(&self) -> ClaimBatchStats {
+    pub fn intake_batches(&self) -> BatchStats {
         self.backend().intakes.stats()
+    }
+
+    /// The proxy replay batches sent so far.
+    pub fn replay_batches(&self) -> BatchStats {
+        self.backend().replays.stats()
     }
 }
 
@@ -168,6 +180,16 @@ impl Backend for PgBackend {
         self.intakes
             .accept(req, event, forward, now, redactor)
             .await
+    }
+
+    /// A kept answer's replay: one statement shared by the reads of a batch.
+    async fn replay_batched(
+        &self,
+        namespace: &Namespace,
+        key: &IdempotencyKey,
+        payload_hash: &PayloadHash,
+    ) -> Option<Option<Answer>> {
+        self.replays.replay(namespace, key, payload_hash).await
     }
 
     async fn migrate(&self) -> Result<()> {

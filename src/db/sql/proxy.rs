@@ -1,7 +1,7 @@
 //! The Idempotency-Key proxy's statements: the answers kept beside its
 //! runs, and the open dead letter of an unknown key.
 
-use super::{Dialect, RUN_COLUMNS};
+use super::Dialect;
 use crate::ledger::RunState;
 
 /// The proxy's statements, spelled for one backend.
@@ -13,10 +13,9 @@ pub struct ProxyStatements {
     pub insert_answer: String,
     /// A key's answer while its window lasts. Binds: now, namespace, key.
     pub answer: String,
-    /// A replay in one read: the run, completed with this payload hash,
-    /// and its answer while its window lasts (as `answer_status`,
-    /// `answer_headers`, `answer_body`). Binds: now, namespace, key,
-    /// payload_hash.
+    /// A replay in one read: a key's answer while its window lasts, if
+    /// its run completed with this payload hash. Binds: now, namespace,
+    /// key, payload_hash.
     pub replay: String,
     /// Deletes up to `$2` answers whose window has passed. Binds: now, limit.
     pub purge: String,
@@ -42,14 +41,10 @@ impl ProxyStatements {
                  WHERE namespace = $2 AND run_key = $3 AND expires_at > {now}"
             ),
             replay: format!(
-                "SELECT {RUN_COLUMNS}, answer_status, answer_headers, answer_body FROM runs \
-                 JOIN (SELECT namespace AS answer_namespace, run_key AS answer_key, \
-                     status AS answer_status, headers AS answer_headers, body AS answer_body \
-                     FROM proxy_answers \
-                     WHERE namespace = $2 AND run_key = $3 AND expires_at > {now}) AS kept \
-                 ON answer_namespace = namespace AND answer_key = run_key \
-                 WHERE namespace = $2 AND run_key = $3 AND state = '{completed}' \
-                     AND payload_hash = $4",
+                "SELECT status, headers, body FROM proxy_answers \
+                 WHERE namespace = $2 AND run_key = $3 AND expires_at > {now} \
+                     AND EXISTS (SELECT 1 FROM runs WHERE namespace = $2 AND run_key = $3 \
+                         AND state = '{completed}' AND payload_hash = $4)",
                 completed = RunState::Completed.as_str(),
             ),
             purge: format!(

@@ -10,11 +10,10 @@ use super::ledger::{owner_move, MoveFields};
 use super::Owned;
 use crate::clock::Millis;
 use crate::db::exec::{Args, FromRow, Row, Tx};
-use crate::db::rows::RunRow;
 use crate::db::{Backend, Db, Finish};
 use crate::deadletter::{DeadLetterClass, DeadLetterInput};
 use crate::ledger::storage::Result;
-use crate::ledger::{IdempotencyKey, Move, Moved, Namespace, OwnerCall, PayloadHash, Run};
+use crate::ledger::{IdempotencyKey, Move, Moved, Namespace, OwnerCall, PayloadHash};
 use crate::proxy::{Answer, ProxyStore};
 
 /// `processing → completed` by the owner, the answer kept for `window_ms`.
@@ -72,28 +71,18 @@ async fn unknown(
     Ok(moved)
 }
 
-/// An answer as kept.
-fn kept(status: i64, headers: &str, body: Vec<u8>) -> Answer {
-    Answer {
-        status: u16::try_from(status).unwrap_or(502),
-        headers: Answer::parse_headers(headers),
-        body,
-    }
-}
+/// An answer as a statement returns it (`status`, `headers`, `body`).
+pub(crate) struct Kept(pub(crate) Answer);
 
-/// A row of the replay read: the run and its kept answer.
-struct ReplayRow {
-    run: RunRow,
-    answer: Answer,
-}
-
-impl FromRow for ReplayRow {
+impl FromRow for Kept {
     fn from_row(row: &dyn Row) -> Result<Self> {
-        let headers: String = row.get("answer_headers")?;
-        Ok(Self {
-            run: RunRow::from_row(row)?,
-            answer: kept(row.get("answer_status")?, &headers, row.get("answer_body")?),
-        })
+        let status: i64 = row.get("status")?;
+        let headers: String = row.get("headers")?;
+        Ok(Self(Answer {
+            status: u16::try_from(status).unwrap_or(502),
+            headers: Answer::parse_headers(&headers),
+            body: row.get("body")?,
+        }))
     }
 }
 
@@ -119,17 +108,19 @@ impl<B: Backend> ProxyStore for Db<B> {
         namespace: &Namespace,
         key: &IdempotencyKey,
         payload_hash: &PayloadHash,
-    ) -> Result<Option<(Run, Answer)>> {
+    ) -> Result<Option<Answer>> {
+        let batched = self.backend().replay_batched(namespace, key, payload_hash);
+        if let Some(found) = batched.await {
+            return Ok(found);
+        }
         let rd = self.point_reader();
         let args = Args::new()
             .bind(rd.now)
             .bind(namespace.as_str())
             .bind(key.as_str())
             .bind(payload_hash.as_str());
-        let Some(row) = rd.optional::<ReplayRow>(&rd.st.proxy.replay, args).await? else {
-            return Ok(None);
-        };
-        Ok(Some((row.run.to_run()?, row.answer)))
+        let kept: Option<Kept> = rd.optional(&rd.st.proxy.replay, args).await?;
+        Ok(kept.map(|Kept(answer)| answer))
     }
 
     async fn stored_answer(
@@ -142,8 +133,8 @@ impl<B: Backend> ProxyStore for Db<B> {
             .bind(rd.now)
             .bind(namespace.as_str())
             .bind(key.as_str());
-        let row: Option<(i64, String, Vec<u8>)> = rd.optional(&rd.st.proxy.answer, args).await?;
-        Ok(row.map(|(status, headers, body)| kept(status, &headers, body)))
+        let kept: Option<Kept> = rd.optional(&rd.st.proxy.answer, args).await?;
+        Ok(kept.map(|Kept(answer)| answer))
     }
 
     async fn outcome_unknown(
