@@ -700,7 +700,7 @@ async fn postgres_compares_leases_with_the_database_clock() {
 }
 
 #[tokio::test]
-async fn sqlite_refuses_a_write_on_the_read_pool() {
+async fn sqlite_read_pool_refuses_writes_and_keeps_a_small_page_cache() {
     use oncegate::db::Admin;
     let db = TestDb::new(Backend::Sqlite).await;
     let options = oncegate::db::StoreOptions {
@@ -733,6 +733,13 @@ async fn sqlite_refuses_a_write_on_the_read_pool() {
         .await
         .unwrap();
     assert_eq!(count, 0, "nothing was written");
+    // Its connections keep a small page cache (they read what the kernel
+    // caches anyway; memory stays bounded as the tables grow).
+    let cache: i64 = sqlx::query_scalar("PRAGMA cache_size")
+        .fetch_one(store.read_pool())
+        .await
+        .unwrap();
+    assert_eq!(cache, -512);
     // The same write through the writer goes in.
     assert!(store.take_job("x", "y", 1_000).await.unwrap());
 }

@@ -111,7 +111,12 @@ impl Db<SqliteBackend> {
             // A file connection does not go stale; sqlx's ping before each
             // use would cost every read a trip to the connection's thread.
             .test_before_acquire(false)
-            .connect_with(connect.clone().pragma("query_only", "ON"))
+            .connect_with(
+                connect
+                    .clone()
+                    .pragma("query_only", "ON")
+                    .pragma("cache_size", format!("-{}", native::READER_CACHE_KIB)),
+            )
             .await?;
         Ok(Self::new(SqliteBackend {
             write: Arc::new(write),
