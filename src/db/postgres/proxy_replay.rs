@@ -1,12 +1,12 @@
 //! PostgreSQL's proxy replays: concurrent replay reads share one statement.
 //!
 //! A retried proxy key whose answer is kept is answered from one read
-//! (the completed run and its answer, [`crate::db::tx::proxy`]). Alone,
+//! (the answer kept beside its completed run, [`crate::db::tx::proxy`]). Alone,
 //! each read takes a pooled connection and a round trip, and under load
 //! the callers queue for the pool's connections; SQLite reads the same
 //! row on the calling thread without a hand-off. Here the reads that
 //! arrive while a batch is in flight wait in a queue and go together, as
-//! the claim batcher's claims do ([`super::batch`]): one `SELECT` over
+//! the claim batcher's claims do ([`super::queue`]): one `SELECT` over
 //! `unnest` of the keys, the answer of every key that replays.
 //!
 //! The statement says nothing about a key it returns no row for (a key
