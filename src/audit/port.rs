@@ -48,9 +48,23 @@ pub trait AuditStore: Send + Sync + std::fmt::Debug {
     /// On database failure.
     async fn latest_checkpoint(&self) -> Result<Option<Checkpoint>>;
 
-    /// Writes a checkpoint with its moved heads, deleting its removals
-    /// (guarded tombstones) in the same transaction; `false` when another
-    /// checkpoint took the id first (nothing written).
+    /// Writes moved heads of checkpoint `checkpoint_id`, in preparation by
+    /// `attempt`, ahead of its row: the head list is unchanged until
+    /// [`AuditStore::commit_checkpoint`] moves them into it.
+    ///
+    /// # Errors
+    /// On database failure.
+    async fn stage_heads(
+        &self,
+        checkpoint_id: i64,
+        attempt: &str,
+        heads: &[ChainHead],
+    ) -> Result<()>;
+
+    /// Writes a checkpoint, moves its attempt's staged heads into the head
+    /// list, drops every staging of its id or an earlier one, and deletes
+    /// its removals (guarded tombstones), in one transaction; `false` when
+    /// another checkpoint took the id first (nothing written).
     ///
     /// # Errors
     /// On database failure.

@@ -250,6 +250,13 @@ impl DatabaseConfig {
                 "must be at most 10000 (0 picks by backend)",
             ));
         }
+        if self.max_connections == 1 && !url.starts_with("sqlite:") {
+            return Err(ConfigError::field(
+                "database.max_connections",
+                "must be at least 2 on PostgreSQL (0 picks by backend): an audit checkpoint \
+                 reads the head scan on one connection while it writes on another",
+            ));
+        }
         if !(1..=4096).contains(&self.group_commit_max_batch) {
             return Err(ConfigError::field(
                 "database.group_commit_max_batch",

@@ -39,6 +39,18 @@ fn pool_and_group_commit_defaults_follow_the_backend() {
         (db.group_commit_max_batch, db.group_commit_max_wait_us),
         (8, 250)
     );
+    let one = |url: &str| {
+        load_text(
+            &format!("[database]\nurl = \"{url}\"\nmax_connections = 1\n"),
+            &[],
+        )
+    };
+    assert_eq!(one("sqlite://a.db").unwrap().database.pool_size(), 1);
+    let err = one("postgres://h/db").unwrap_err().to_string();
+    assert!(
+        err.contains("database.max_connections") && err.contains("at least 2"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -11,6 +11,7 @@ mod approval_refusals;
 mod approval_secrecy;
 mod approvals;
 mod audit;
+mod audit_checkpoints;
 mod audit_seals;
 mod backup;
 mod body_window;

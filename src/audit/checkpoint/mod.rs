@@ -9,22 +9,30 @@
 //!
 //! Writing one reads every head once (one streamed statement on the read
 //! side, so SQLite writers never wait for it) and writes only the heads
-//! that moved: nothing is added to the claim path. A head that vanished or
-//! went backwards is never written over: the checkpoint keeps its last
-//! known value and counts an anomaly, so a later checkpoint cannot launder
-//! a deletion. Retention's intended deletions are the one exception: they
-//! are removed in the same transaction that deletes the tombstones.
+//! that moved: nothing is added to the claim path. The moved heads are
+//! staged in chunks of [`STAGE_CHUNK`] while the scan streams on, and the
+//! transaction that inserts the checkpoint row moves them into the head
+//! list, so a checkpoint holds a chunk or two in memory however many heads
+//! moved (the first one over a ledger of millions moves every head).
+//!
+//! A head that vanished or went backwards is never written over: the
+//! checkpoint keeps its last known value and counts an anomaly, so a later
+//! checkpoint cannot launder a deletion. Retention's intended deletions are
+//! the one exception: they are removed in the same transaction that
+//! deletes the tombstones.
 
 use std::collections::HashSet;
 
-use futures_util::StreamExt;
 use serde::Serialize;
 use serde_json::json;
 use sha2::{Digest as _, Sha256};
 
+use self::builder::scan_heads;
 use super::port::AuditStore;
 use crate::clock::Millis;
 use crate::ledger::storage::{Result, StoreError};
+
+mod builder;
 
 /// The namespace of chains that belong to no run (kill-switch changes,
 /// retention records). Their heads come from their last event.
@@ -171,8 +179,9 @@ pub struct Removal {
 pub struct CheckpointWrite {
     /// The new row.
     pub checkpoint: Checkpoint,
-    /// Heads to insert or move.
-    pub upserts: Vec<ChainHead>,
+    /// The preparation whose staged heads move into the head list (staged
+    /// under the new row's id).
+    pub attempt: String,
     /// Tombstones deleted with it.
     pub removals: Vec<Removal>,
 }
@@ -197,82 +206,8 @@ pub struct CheckpointReport {
     pub anomalies: Vec<Anomaly>,
 }
 
-/// How many anomalies a report lists (all are counted).
-const ANOMALY_SAMPLES: usize = 100;
-
-/// The new head list, built while the head scan streams past.
-struct Builder<'a> {
-    removals: &'a HashSet<(String, String)>,
-    digest: HeadDigest,
-    upserts: Vec<ChainHead>,
-    anomalies: Vec<Anomaly>,
-    anomaly_count: i64,
-}
-
-impl Builder<'_> {
-    fn chain(
-        &mut self,
-        namespace: &str,
-        key: &str,
-        now: Option<(i64, String)>,
-        old: Option<(i64, String)>,
-    ) {
-        if self
-            .removals
-            .contains(&(namespace.to_owned(), key.to_owned()))
-        {
-            return;
-        }
-        let keep = match (now, old) {
-            (None, None) => return,
-            (Some(now), None) => {
-                self.upsert(namespace, key, &now);
-                now
-            }
-            (None, Some(old)) => {
-                self.anomaly(namespace, key, format!("vanished: the last checkpoint has it at seq {}, now neither its run nor its events exist", old.0));
-                old
-            }
-            (Some(now), Some(old)) if now.0 > old.0 => {
-                self.upsert(namespace, key, &now);
-                now
-            }
-            (Some(now), Some(old)) if now == old => old,
-            (Some(now), Some(old)) => {
-                self.anomaly(
-                    namespace,
-                    key,
-                    format!(
-                        "went backwards: the last checkpoint has seq {} ({}), now seq {} ({})",
-                        old.0, old.1, now.0, now.1
-                    ),
-                );
-                old
-            }
-        };
-        self.digest.add(namespace, key, keep.0, &keep.1);
-    }
-
-    fn upsert(&mut self, namespace: &str, key: &str, head: &(i64, String)) {
-        self.upserts.push(ChainHead {
-            namespace: namespace.to_owned(),
-            key: key.to_owned(),
-            seq: head.0,
-            head: head.1.clone(),
-        });
-    }
-
-    fn anomaly(&mut self, namespace: &str, key: &str, problem: String) {
-        self.anomaly_count += 1;
-        if self.anomalies.len() < ANOMALY_SAMPLES {
-            self.anomalies.push(Anomaly {
-                namespace: namespace.to_owned(),
-                key: key.to_owned(),
-                problem,
-            });
-        }
-    }
-}
+/// Moved heads staged per write while a checkpoint is prepared.
+pub const STAGE_CHUNK: usize = 1_000;
 
 /// Writes a checkpoint over every chain head, deleting `removals` (retention
 /// tombstones) in the same transaction. Retries once when another process
@@ -307,6 +242,8 @@ pub async fn write_checkpoint<S: AuditStore + ?Sized>(
     ))
 }
 
+/// Stages the moved heads of checkpoint `latest + 1` while the head scan
+/// streams past, and builds its row.
 async fn prepare<S: AuditStore + ?Sized>(
     store: &S,
     reason: CheckpointReason,
@@ -314,45 +251,27 @@ async fn prepare<S: AuditStore + ?Sized>(
     now: Millis,
 ) -> Result<(CheckpointWrite, Vec<Anomaly>)> {
     let latest = store.latest_checkpoint().await?;
+    let id = latest.as_ref().map_or(1, |c| c.id + 1);
+    let attempt = uuid::Uuid::new_v4().simple().to_string();
     let removal_keys: HashSet<(String, String)> = removals
         .iter()
         .map(|r| (r.namespace.clone(), r.key.clone()))
         .collect();
-    let mut builder = Builder {
-        removals: &removal_keys,
-        digest: HeadDigest::default(),
-        upserts: Vec::new(),
-        anomalies: Vec::new(),
-        anomaly_count: 0,
+    // The scan goes on while the chunk before is staged.
+    let (chunks, mut staged) = tokio::sync::mpsc::channel::<Vec<ChainHead>>(1);
+    let stage = async {
+        while let Some(chunk) = staged.recv().await {
+            store.stage_heads(id, &attempt, &chunk).await?;
+        }
+        Ok(())
     };
-    let mut rows = store.head_scan();
-    let mut current: Option<(String, String)> = None;
-    let (mut now_head, mut old_head) = (None, None);
-    while let Some(row) = rows.next().await {
-        let row = row?;
-        if current.as_ref() != Some(&(row.namespace.clone(), row.key.clone())) {
-            if let Some((ns, key)) = current.take() {
-                builder.chain(&ns, &key, now_head.take(), old_head.take());
-            }
-            current = Some((row.namespace.clone(), row.key.clone()));
-        }
-        let head = (row.seq, row.head.unwrap_or_default());
-        if row.checkpointed {
-            old_head = Some(head);
-        } else {
-            now_head = Some(head);
-        }
-    }
-    if let Some((ns, key)) = current {
-        builder.chain(&ns, &key, now_head, old_head);
-    }
-    drop(rows);
+    let (builder, ()) = futures_util::try_join!(scan_heads(store, &removal_keys, chunks), stage)?;
     let mut checkpoint = Checkpoint {
-        id: latest.as_ref().map_or(1, |c| c.id + 1),
+        id,
         created_at: now,
         chain_count: builder.digest.count(),
         digest: String::new(),
-        changed: builder.upserts.len() as i64,
+        changed: builder.changed,
         removed: removals.len() as i64,
         anomalies: builder.anomaly_count,
         reason: reason.as_str().into(),
@@ -363,7 +282,7 @@ async fn prepare<S: AuditStore + ?Sized>(
     checkpoint.hash = checkpoint.compute_hash();
     let write = CheckpointWrite {
         checkpoint,
-        upserts: builder.upserts,
+        attempt,
         removals: removals.to_vec(),
     };
     Ok((write, builder.anomalies))

@@ -1,5 +1,6 @@
 //! Tests of the parent module.
 
+use super::builder::Builder;
 use super::*;
 
 fn build(now: Option<(i64, &str)>, old: Option<(i64, &str)>) -> (usize, i64, String) {
@@ -8,6 +9,7 @@ fn build(now: Option<(i64, &str)>, old: Option<(i64, &str)>) -> (usize, i64, Str
         removals: &removals,
         digest: HeadDigest::default(),
         upserts: Vec::new(),
+        changed: 0,
         anomalies: Vec::new(),
         anomaly_count: 0,
     };

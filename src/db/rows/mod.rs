@@ -35,6 +35,7 @@ pub(crate) use health::HealthRow;
 pub(crate) use outbox::{AttemptBatchRow, AttemptRow, EffectRow, SwitchRow, VerdictBatchRow};
 pub(crate) use tokens::TokenRow;
 
+use crate::audit::checkpoint::ChainHead;
 use crate::audit::{AuditEntry, AuditRecord};
 use crate::clock::Millis;
 use crate::ledger::storage::{Result, StoreError};
@@ -216,6 +217,26 @@ impl<'a> AuditBatchRow<'a> {
             v_prev: prev_hash,
             v_hash: entry.chain_hash(prev_hash),
             v_at: entry.created_at,
+        }
+    }
+}
+
+/// A chain head staged by a checkpoint in preparation.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct HeadBatchRow<'a> {
+    v_ns: &'a str,
+    v_key: &'a str,
+    v_seq: i64,
+    v_head: &'a str,
+}
+
+impl<'a> From<&'a ChainHead> for HeadBatchRow<'a> {
+    fn from(h: &'a ChainHead) -> Self {
+        Self {
+            v_ns: &h.namespace,
+            v_key: &h.key,
+            v_seq: h.seq,
+            v_head: &h.head,
         }
     }
 }

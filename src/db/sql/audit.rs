@@ -32,6 +32,19 @@ pub struct AuditStatements {
     pub latest_checkpoint: String,
     /// Inserts a checkpoint (10 binds in column order).
     pub insert_checkpoint: String,
+    /// Run first in a staging transaction (PostgreSQL): its commit need not
+    /// wait for the disk. Staged rows count only once the checkpoint's own
+    /// commit, later in the same log, is durable, and that one waits.
+    pub stage_unsynced: Option<String>,
+    /// Stages heads of a checkpoint in preparation. Binds: checkpoint id,
+    /// attempt, the heads as a JSON array of `HeadBatchRow`.
+    pub stage_heads: String,
+    /// Moves one attempt's staged heads into the head list. Binds:
+    /// checkpoint id, attempt.
+    pub merge_staged: String,
+    /// Deletes the staged heads of a checkpoint id and every earlier one.
+    /// Binds: checkpoint id.
+    pub clear_staged: String,
     /// Deletes a key's checkpointed head. Binds: namespace, key.
     pub delete_head: String,
     /// Deletes a key's remaining events. Binds: namespace, key.
@@ -120,7 +133,30 @@ impl AuditStatements {
                 "INSERT INTO audit_checkpoints ({checkpoint_columns}) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
             ),
-
+            stage_unsynced: match dialect {
+                Dialect::Sqlite => None,
+                Dialect::Postgres => Some("SET LOCAL synchronous_commit = off".into()),
+            },
+            stage_heads: format!(
+                "INSERT INTO audit_heads_staged (checkpoint_id, attempt, namespace, run_key, seq, \
+                 head) SELECT $1, $2, v_ns, v_key, v_seq, v_head FROM {}",
+                dialect.json_rows(
+                    "$3",
+                    &[
+                        ("v_ns", "text"),
+                        ("v_key", "text"),
+                        ("v_seq", "bigint"),
+                        ("v_head", "text"),
+                    ],
+                )
+            ),
+            merge_staged: "INSERT INTO audit_heads (namespace, run_key, seq, head, checkpoint_id) \
+                 SELECT namespace, run_key, seq, head, checkpoint_id FROM audit_heads_staged \
+                 WHERE checkpoint_id = $1 AND attempt = $2 \
+                 ON CONFLICT (namespace, run_key) DO UPDATE SET seq = excluded.seq, \
+                 head = excluded.head, checkpoint_id = excluded.checkpoint_id"
+                .into(),
+            clear_staged: "DELETE FROM audit_heads_staged WHERE checkpoint_id <= $1".into(),
             delete_head: "DELETE FROM audit_heads WHERE namespace = $1 AND run_key = $2".into(),
             delete_events: "DELETE FROM audit_events WHERE namespace = $1 AND run_key = $2".into(),
             run_head: "SELECT audit_seq, audit_head, archived_at FROM runs \
@@ -138,29 +174,5 @@ impl AuditStatements {
                  ORDER BY finished_at DESC LIMIT 1"
                 .into(),
         }
-    }
-
-    /// Upserts `n` checkpointed heads in one statement (5 binds each:
-    /// namespace, key, seq, head, checkpoint_id).
-    pub fn upsert_heads(n: usize) -> String {
-        let rows: Vec<String> = (0..n)
-            .map(|i| {
-                let b = i * 5;
-                format!(
-                    "(${}, ${}, ${}, ${}, ${})",
-                    b + 1,
-                    b + 2,
-                    b + 3,
-                    b + 4,
-                    b + 5
-                )
-            })
-            .collect();
-        format!(
-            "INSERT INTO audit_heads (namespace, run_key, seq, head, checkpoint_id) VALUES {} \
-             ON CONFLICT (namespace, run_key) DO UPDATE SET seq = excluded.seq, \
-             head = excluded.head, checkpoint_id = excluded.checkpoint_id",
-            rows.join(", ")
-        )
     }
 }

@@ -1,6 +1,7 @@
 //! The audit log's reads and checkpoints: the scans `audit verify` walks,
-//! a checkpoint written with its moved heads and its tombstone deletions
-//! in one transaction, verification records; and the [`AuditStore`] port.
+//! moved heads staged ahead of their checkpoint, the checkpoint written
+//! with them and its tombstone deletions in one transaction, verification
+//! records; and the [`AuditStore`] port.
 
 use async_trait::async_trait;
 use futures_util::stream::{BoxStream, StreamExt};
@@ -11,17 +12,17 @@ use crate::audit::checkpoint::{ChainHead, Checkpoint, CheckpointWrite, HeadRow};
 use crate::audit::port::AuditStore;
 use crate::audit::{AuditRecord, ChainAnchor, ScanRow, Verification};
 use crate::db::exec::{Args, Tx};
-use crate::db::rows::{AuditRow, AuditScanRow, CheckpointRow, HeadScanRow, VerificationRow};
-use crate::db::sql::audit::AuditStatements;
+use crate::db::rows::{
+    AuditRow, AuditScanRow, CheckpointRow, HeadBatchRow, HeadScanRow, VerificationRow,
+};
+use crate::db::tx::to_json;
 use crate::db::{Backend, Db, Finish};
 use crate::ledger::storage::Result;
 use crate::ledger::{IdempotencyKey, Namespace};
 
-/// Heads per upsert statement (5 parameters each).
-const UPSERT_CHUNK: usize = 200;
-
-/// Writes a checkpoint, its moved heads and its removals; `false`
-/// (nothing written) when another checkpoint took its id.
+/// Writes a checkpoint, moves its attempt's staged heads into the head
+/// list, clears every staging of its id or an earlier one, and deletes its
+/// removals; `false` (nothing written) when another checkpoint took its id.
 async fn commit_checkpoint(tx: &mut Tx<'_>, write: &CheckpointWrite) -> Result<Finish<bool>> {
     let st = tx.st;
     let c = &write.checkpoint;
@@ -40,18 +41,10 @@ async fn commit_checkpoint(tx: &mut Tx<'_>, write: &CheckpointWrite) -> Result<F
         Err(err) if err.is_unique_violation() => return Ok(Finish::Rollback(false)),
         other => other?,
     };
-    for chunk in write.upserts.chunks(UPSERT_CHUNK) {
-        let sql = AuditStatements::upsert_heads(chunk.len());
-        let mut args = Args::new();
-        for h in chunk {
-            args.push(&h.namespace);
-            args.push(&h.key);
-            args.push(h.seq);
-            args.push(&h.head);
-            args.push(c.id);
-        }
-        tx.execute(&sql, args).await?;
-    }
+    let staged = Args::new().bind(c.id).bind(&write.attempt);
+    tx.execute(&st.audit.merge_staged, staged).await?;
+    tx.execute(&st.audit.clear_staged, Args::new().bind(c.id))
+        .await?;
     let mut deleted = Vec::new();
     for r in &write.removals {
         let key = Args::new().bind(&r.namespace).bind(&r.key);
@@ -145,6 +138,28 @@ impl<B: Backend> AuditStore for Db<B> {
             .optional(&rd.st.audit.latest_checkpoint, Args::new())
             .await?;
         Ok(row.map(Checkpoint::from))
+    }
+
+    async fn stage_heads(
+        &self,
+        checkpoint_id: i64,
+        attempt: &str,
+        heads: &[ChainHead],
+    ) -> Result<()> {
+        let rows: Vec<HeadBatchRow<'_>> = heads.iter().map(HeadBatchRow::from).collect();
+        let (attempt, rows) = (attempt.to_owned(), to_json(&rows)?);
+        self.commit(move |tx| {
+            Box::pin(async move {
+                let st = tx.st;
+                if let Some(sql) = &st.audit.stage_unsynced {
+                    tx.execute(sql, Args::new()).await?;
+                }
+                let args = Args::new().bind(checkpoint_id).bind(&attempt).bind(&rows);
+                tx.execute(&st.audit.stage_heads, args).await?;
+                Ok(())
+            })
+        })
+        .await
     }
 
     async fn commit_checkpoint(&self, write: &CheckpointWrite) -> Result<bool> {
