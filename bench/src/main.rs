@@ -5,6 +5,8 @@
 //!   the no-op floor, new keys, duplicates, signed webhooks, raw pgbench,
 //!   the duplicate storm, growth and peak memory, with the target ratios.
 //!   `--smoke` runs a few seconds of it and checks answers only (CI).
+//! - `checkpoint`: the first audit checkpoint over a seeded ledger whose
+//!   chains were never checkpointed: its time and the server's peak memory.
 //! - `dispatch`: outbox throughput and commit-to-send latency, in process.
 //! - `proxy`: the Idempotency-Key proxy against a local upstream (straight,
 //!   new keys, replays) beside the no-op floor, in one run.
@@ -20,6 +22,7 @@
 use anyhow::Result;
 use clap::Parser;
 
+mod checkpoint;
 mod db;
 mod dispatch;
 mod growth;
@@ -46,6 +49,9 @@ enum Bench {
     /// The claim path of the real binary, side by side with its floor and
     /// raw pgbench (see BENCHMARKS.md).
     Suite(suite::SuiteArgs),
+    /// The first audit checkpoint over a seeded, never-checkpointed
+    /// ledger: its time and the server's peak memory.
+    Checkpoint(checkpoint::CheckpointArgs),
     /// Outbox dispatch throughput and commit-to-send latency.
     Dispatch(dispatch::DispatchArgs),
     /// The Idempotency-Key proxy: a local upstream straight and through
@@ -64,6 +70,7 @@ enum Bench {
 async fn main() -> Result<()> {
     match Cli::parse().bench {
         Bench::Suite(args) => suite::run(args).await,
+        Bench::Checkpoint(args) => checkpoint::run(args).await,
         Bench::Dispatch(args) => dispatch::run(args).await,
         Bench::Proxy(args) => proxy::run(args).await,
         Bench::Redis(args) => redis::run(args).await,

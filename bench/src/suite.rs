@@ -310,8 +310,8 @@ async fn storms(
 
 /// The growth server runs without the periodic audit checkpoint: the
 /// seeded runs' chains were never checkpointed, so a checkpoint falling in
-/// the phase would be one over every seeded chain (minutes of scanning and
-/// hundreds of MiB, BENCHMARKS.md), where a real ledger of that size has
+/// the phase would be one over every seeded chain (minutes of scanning,
+/// and every head written), where a real ledger of that size has
 /// checkpointed them along the way. The phase measures the claims.
 const GROWTH_CONFIG: &str = "\n[audit]\ncheckpoint_interval_secs = 0\n";
 
