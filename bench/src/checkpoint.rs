@@ -50,10 +50,7 @@ pub async fn run(mut args: CheckpointArgs) -> Result<()> {
     if args.smoke {
         args.rows = vec![1_000];
     }
-    let bin = match &args.server_bin {
-        Some(bin) => bin.clone(),
-        None => crate::server::default_bin(),
-    };
+    let bin = crate::server::server_bin(args.server_bin.as_deref())?;
     let mut out = String::from(
         "\n| backend | chains | checkpoint s | server peak RSS MiB |\n| --- | ---: | ---: | ---: |\n",
     );

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 
 /// How each phase of a benchmark runs.
 #[derive(Debug, clap::Args)]
@@ -50,16 +50,6 @@ impl PhaseArgs {
     /// # Errors
     /// It does not exist (not built yet).
     pub fn server_bin(&self) -> Result<PathBuf> {
-        let bin = self
-            .server_bin
-            .clone()
-            .unwrap_or_else(crate::server::default_bin);
-        if !bin.exists() {
-            bail!(
-                "{} does not exist: build it first (`cargo build --release --workspace --bins`)",
-                bin.display()
-            );
-        }
-        Ok(bin)
+        crate::server::server_bin(self.server_bin.as_deref())
     }
 }

@@ -190,3 +190,18 @@ pub fn default_bin() -> PathBuf {
         .and_then(|exe| exe.parent().map(|d| d.join("oncegate")))
         .unwrap_or_else(|| PathBuf::from("target/release/oncegate"))
 }
+
+/// `chosen`, else [`default_bin`], checked to exist.
+///
+/// # Errors
+/// It does not exist (not built yet).
+pub fn server_bin(chosen: Option<&Path>) -> Result<PathBuf> {
+    let bin = chosen.map_or_else(default_bin, Path::to_path_buf);
+    if !bin.exists() {
+        bail!(
+            "{} does not exist: build it first (`cargo build --release --workspace --bins`)",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
