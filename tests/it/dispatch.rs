@@ -12,9 +12,9 @@ use oncegate::db::sql::{Dialect, Statements};
 use oncegate::ledger::{IdempotencyKey, Namespace};
 use oncegate::outbox::TargetRoom;
 use serde_json::{json, Value};
-use sqlx::postgres::PgArguments;
 
 use crate::harness::{on_both_backends, Backend, TestApp, TestDb};
+use crate::plans::{binds, explain};
 use crate::target::{Behaviour, MockTarget};
 
 /// Targets `mock` (ignores keys) and `keyed` (honours keys) on one mock
@@ -728,33 +728,6 @@ fn room(target: &str, limit: i64) -> Vec<TargetRoom> {
         limit,
         cluster: Default::default(),
     }]
-}
-
-/// The plan of `statement` (PostgreSQL) with `binds`, run after `plan` in
-/// one transaction that is rolled back.
-async fn explain(db: &TestDb, plan: Option<&str>, statement: &str, binds: PgArguments) -> String {
-    use sqlx::Connection;
-    let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
-    let mut tx = c.begin().await.unwrap();
-    if let Some(plan) = plan {
-        sqlx::query(plan).execute(&mut *tx).await.unwrap();
-    }
-    let sql = format!("EXPLAIN {statement}");
-    let lines: Vec<String> = sqlx::query_scalar_with(&sql, binds)
-        .fetch_all(&mut *tx)
-        .await
-        .unwrap();
-    tx.rollback().await.unwrap();
-    lines.join("\n")
-}
-
-/// Bind values for [`explain`].
-fn binds(
-    values: impl FnOnce(&mut PgArguments) -> Result<(), sqlx::error::BoxDynError>,
-) -> PgArguments {
-    let mut args = PgArguments::default();
-    values(&mut args).unwrap();
-    args
 }
 
 /// PostgreSQL plans a lease as a walk of the due index in order, and a

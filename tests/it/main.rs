@@ -48,6 +48,8 @@ mod oidc_secrecy;
 mod oidc_support;
 mod output_retention;
 mod page_headers;
+// PostgreSQL's plans without statistics.
+mod plans;
 // Running on a real host: the CLI over the API, start-up checks (issue 24).
 mod operable;
 mod process;

@@ -84,7 +84,7 @@ impl Db<PgBackend> {
         let now: queue::Now = Arc::new(move || (!use_db_clock).then(|| clock.now_ms()));
         let claims = batch::Batcher::start(pool.clone(), now.clone(), batch::Kind::Claims);
         let intakes = batch::Batcher::start(pool.clone(), now.clone(), batch::Kind::Intakes);
-        let replays = proxy_replay::ReplayBatcher::start(pool.clone(), now);
+        let replays = proxy_replay::ReplayBatcher::start(pool.clone(), &st.proxy, now);
         Ok(Self::new(PgBackend {
             claims,
             intakes,

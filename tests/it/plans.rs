@@ -1,0 +1,78 @@
+//! PostgreSQL's plans on tables without statistics: a fresh database, or
+//! a burst before autovacuum's next `ANALYZE`. A plan made then can stay
+//! as a statement's generic plan until the statistics change, so the hot
+//! statements are checked here for the plan they get with none.
+
+use oncegate::db::sql::{Dialect, Statements};
+use sqlx::postgres::PgArguments;
+
+use crate::harness::{Backend, TestDb};
+
+/// The plan of `statement` (PostgreSQL) with `binds`, run after `plan` in
+/// one transaction that is rolled back.
+pub async fn explain(
+    db: &TestDb,
+    plan: Option<&str>,
+    statement: &str,
+    binds: PgArguments,
+) -> String {
+    use sqlx::Connection;
+    let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let mut tx = c.begin().await.unwrap();
+    if let Some(plan) = plan {
+        sqlx::query(plan).execute(&mut *tx).await.unwrap();
+    }
+    let sql = format!("EXPLAIN {statement}");
+    let lines: Vec<String> = sqlx::query_scalar_with(&sql, binds)
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    lines.join("\n")
+}
+
+/// Bind values for [`explain`].
+pub fn binds(
+    values: impl FnOnce(&mut PgArguments) -> Result<(), sqlx::error::BoxDynError>,
+) -> PgArguments {
+    let mut args = PgArguments::default();
+    values(&mut args).unwrap();
+    args
+}
+
+/// A proxy's replay reads its run by key, alone or in a batch, even in
+/// the generic plan made before any statistics: spelled with `EXISTS (…
+/// state = 'completed' …)`, that plan walked `runs_state_updated` through
+/// every completed run on each read.
+#[tokio::test]
+async fn postgres_replays_read_the_run_by_key_without_statistics() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let st = Statements::new(Dialect::Postgres).proxy;
+    let generic = Some("SET LOCAL plan_cache_mode = force_generic_plan");
+    let single = binds(|a| {
+        use sqlx::Arguments;
+        a.add(None::<i64>)?;
+        a.add("proxy:p")?;
+        a.add("k")?;
+        a.add("sha256:h")
+    });
+    let batch = binds(|a| {
+        use sqlx::Arguments;
+        a.add(None::<i64>)?;
+        a.add(vec!["proxy:p", "proxy:p"])?;
+        a.add(vec!["k1", "k2"])?;
+        a.add(vec!["sha256:h", "sha256:h"])
+    });
+    let batched = st
+        .replay_batch
+        .as_deref()
+        .expect("PostgreSQL batches replays");
+    for (statement, binds) in [(st.replay.as_str(), single), (batched, batch)] {
+        let plan = explain(&db, generic, statement, binds).await;
+        assert!(plan.contains("Index Scan using runs_pkey"), "{plan}");
+        assert!(
+            !plan.contains("runs_state_updated"),
+            "a replay walks the completed runs:\n{plan}"
+        );
+    }
+}
