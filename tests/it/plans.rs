@@ -76,3 +76,78 @@ async fn postgres_replays_read_the_run_by_key_without_statistics() {
         );
     }
 }
+
+/// The generic plan of `statement` (PostgreSQL), its parameters' types
+/// inferred by PostgreSQL and bound to NULL (a generic plan does not
+/// depend on them). Nothing is executed: `EXPLAIN` only plans.
+async fn generic_plan(db: &TestDb, statement: &str) -> String {
+    use sqlx::Connection;
+    let params = (1..=32)
+        .take_while(|n| statement.contains(&format!("${n}")))
+        .count();
+    let nulls = vec!["NULL"; params].join(", ");
+    // Inferred where the statement says (`unknown`); a parameter only ever
+    // compared with another parameter is declared text.
+    let mut types = vec!["unknown"; params];
+    let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::raw_sql("SET plan_cache_mode = force_generic_plan")
+        .execute(&mut c)
+        .await
+        .unwrap();
+    loop {
+        let prepare = format!("PREPARE keyed ({}) AS {statement}", types.join(", "));
+        match sqlx::raw_sql(&prepare).execute(&mut c).await {
+            Ok(_) => break,
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P08") => {
+                let n: usize = e.message().rsplit('$').next().unwrap().parse().unwrap();
+                assert_eq!(types[n - 1], "unknown", "{e}: {statement}");
+                types[n - 1] = "text";
+            }
+            Err(e) => panic!("{e}: {statement}"),
+        }
+    }
+    let explain = format!("EXPLAIN EXECUTE keyed({nulls})");
+    let lines: Vec<String> = sqlx::query_scalar(&explain)
+        .fetch_all(&mut c)
+        .await
+        .unwrap();
+    lines.join("\n")
+}
+
+/// Every move of a run or an effect found by its key reads it by key in
+/// the generic plan made before any statistics: spelled `… AND state IN
+/// ('processing')`, the owner's completion walked `runs_state_updated`
+/// through every run in flight.
+#[tokio::test]
+async fn postgres_keyed_moves_never_walk_a_state_index_without_statistics() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let st = Statements::new(Dialect::Postgres);
+    let (runs, outbox) = (&st.runs, &st.outbox);
+    let mut keyed: Vec<(&str, &String)> = vec![
+        ("renew", &runs.renew),
+        ("owner_touch", &runs.owner_touch),
+        ("exhaust", &runs.exhaust),
+        ("strand", &runs.strand),
+        ("complete_run", &runs.complete_run),
+        ("fail_run", &runs.fail_run),
+        ("requeue_effects", &outbox.requeue_effects),
+        ("correct_effect", &outbox.correct_effect),
+        ("cancel", &outbox.cancel),
+    ];
+    for moves in [
+        &runs.finish,
+        &runs.system_move,
+        &runs.operator_move,
+        &runs.fail_by_execution,
+    ] {
+        keyed.extend(moves.values().map(|sql| ("move", sql)));
+    }
+    for (name, statement) in keyed {
+        let plan = generic_plan(&db, statement).await;
+        assert!(
+            !plan.contains("runs_state_updated") && !plan.contains("effects_due"),
+            "{name} walks a state index:\n{plan}"
+        );
+        assert!(plan.contains("Index Scan using"), "{name}:\n{plan}");
+    }
+}

@@ -69,6 +69,10 @@ impl OutboxStatements {
     /// The statements spelled for `dialect`.
     pub fn new(dialect: Dialect) -> Self {
         let now = dialect.now();
+        // An effect found by its id or its run is never looked for through
+        // `effects_due`: with no statistics yet, a state's constant ties
+        // the two, and that plan walks every effect in the state.
+        let keyed_state = dialect.unindexed("state");
         let skip_locked = match dialect {
             Dialect::Sqlite => "",
             Dialect::Postgres => "FOR UPDATE OF e SKIP LOCKED",
@@ -92,13 +96,13 @@ impl OutboxStatements {
                      next_attempt_at = {now}, last_status = NULL, last_class = NULL, \
                      last_error = NULL, lease_owner = NULL, lease_expires_at = NULL, \
                      updated_at = {now} \
-                 WHERE namespace = $2 AND run_key = $3 AND state IN {from}",
+                 WHERE namespace = $2 AND run_key = $3 AND {keyed_state} IN {from}",
                 to = EffectMove::Requeue.rule().sql_target(),
                 from = EffectMove::Requeue.rule().sql_guard(),
             ),
             correct_effect: format!(
                 "UPDATE effects SET body = $5, idempotency_key = $6, updated_at = {now} \
-                 WHERE id = $2 AND namespace = $3 AND run_key = $4 AND state IN {from}",
+                 WHERE id = $2 AND namespace = $3 AND run_key = $4 AND {keyed_state} IN {from}",
                 from = EffectMove::Requeue.rule().sql_guard(),
             ),
             lease_plan: dialect.planner_off(&["enable_sort", "enable_bitmapscan"]),
@@ -200,7 +204,7 @@ impl OutboxStatements {
 
             cancel: format!(
                 "UPDATE effects SET state = {to}, updated_at = {now} \
-                 WHERE id = $2 AND state IN {from} RETURNING {EFFECT_COLUMNS}",
+                 WHERE id = $2 AND {keyed_state} IN {from} RETURNING {EFFECT_COLUMNS}",
                 to = EffectMove::Cancel.rule().sql_target(),
                 from = EffectMove::Cancel.rule().sql_guard(),
             ),

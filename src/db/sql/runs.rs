@@ -100,6 +100,14 @@ impl RunStatements {
     /// The statements spelled for `dialect`.
     pub fn new(dialect: Dialect) -> Self {
         let now = dialect.now();
+        // A run found by its key is never looked for through the state
+        // index: with no statistics yet, a state's constant ties the two,
+        // and that plan walks every run in the state.
+        let keyed_state = dialect.unindexed("state");
+        let keyed = |column: &str| match column {
+            "state" => keyed_state.clone(),
+            other => other.to_owned(),
+        };
         let owner_guard = format!(
             "namespace = $2 AND run_key = $3 AND lease_owner = $4 AND version = $5 \
              AND lease_expires_at > {now}"
@@ -115,24 +123,24 @@ impl RunStatements {
                 "UPDATE runs SET state = '{to}', prev_state = state, version = version + 1, \
                      reason = $4, last_error = COALESCE(last_error, $4), lease_owner = NULL, \
                      lease_expires_at = NULL, audit_seq = audit_seq + 1, updated_at = {now} \
-                 WHERE namespace = $2 AND run_key = $3 AND state IN {guard} \
+                 WHERE namespace = $2 AND run_key = $3 AND {keyed_state} IN {guard} \
                    AND (CAST($7 AS BIGINT) IS NULL OR version = $7) \
                    AND (CAST($8 AS TEXT) IS NULL OR payload_hash = $8) AND {spent} \
                  RETURNING {RUN_COLUMNS}",
                 to = Move::ReclaimBudgetExhausted.to_state().as_str(),
                 guard = Move::ReclaimBudgetExhausted.sql_guard(),
-                spent = budget_spent_sql(str::to_owned, now, budget),
+                spent = budget_spent_sql(keyed, now, budget),
             ),
             strand: format!(
                 "UPDATE runs SET state = '{to}', prev_state = state, version = version + 1, \
                      reason = $4, lease_owner = NULL, lease_expires_at = NULL, \
                      audit_seq = audit_seq + 1, updated_at = {now} \
-                 WHERE namespace = $2 AND run_key = $3 AND version = $5 AND state IN {guard} \
+                 WHERE namespace = $2 AND run_key = $3 AND version = $5 AND {keyed_state} IN {guard} \
                    AND {stranded} \
                  RETURNING {RUN_COLUMNS}",
                 to = Move::Stranded.to_state().as_str(),
                 guard = Move::Stranded.sql_guard(),
-                stranded = stranded_sql(str::to_owned, now, "$6"),
+                stranded = stranded_sql(keyed, now, "$6"),
             ),
             settled: format!(
                 "SELECT {RUN_COLUMNS} FROM runs WHERE namespace = $2 AND run_key = $3 \
@@ -147,7 +155,7 @@ impl RunStatements {
                 "UPDATE runs SET version = version + 1, prev_state = state, \
                      lease_expires_at = {least}({now} + $6, lease_started_at + $7), \
                      audit_seq = audit_seq + 1, updated_at = {now} \
-                 WHERE {owner_guard} AND state IN {guard} AND lease_started_at + $7 > {now} \
+                 WHERE {owner_guard} AND {keyed_state} IN {guard} AND lease_started_at + $7 > {now} \
                  RETURNING {RUN_COLUMNS}",
                 least = dialect.least(),
                 guard = Move::Renew.sql_guard()
@@ -169,14 +177,14 @@ impl RunStatements {
                         "UPDATE runs SET state = '{to}', prev_state = state, version = version + 1, \
                              result = $6, last_error = $7, reason = $8, lease_owner = NULL, \
                              lease_expires_at = NULL, audit_seq = audit_seq + 1, updated_at = {now} \
-                         WHERE {owner_guard} AND state IN {guard} \
+                         WHERE {owner_guard} AND {keyed_state} IN {guard} \
                          RETURNING {RUN_COLUMNS}"
                     )
                 },
             ),
             owner_touch: format!(
                 "UPDATE runs SET audit_seq = audit_seq + 1, updated_at = {now} \
-                 WHERE {owner_guard} AND state = 'processing' \
+                 WHERE {owner_guard} AND {keyed_state} = 'processing' \
                  RETURNING {RUN_COLUMNS}"
             ),
             touch: format!(
@@ -186,7 +194,7 @@ impl RunStatements {
             complete_run: format!(
                 "UPDATE runs SET state = 'completed', prev_state = state, version = version + 1, \
                      audit_seq = audit_seq + 1, updated_at = {now} \
-                 WHERE namespace = $2 AND run_key = $3 AND state = 'approved' \
+                 WHERE namespace = $2 AND run_key = $3 AND {keyed_state} = 'approved' \
                    AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.namespace = $2 AND e.run_key = $3 \
                        AND e.state NOT IN ('completed', 'cancelled') \
                        AND e.role = '{act}') \
@@ -197,20 +205,19 @@ impl RunStatements {
                 "UPDATE runs SET state = 'completed', prev_state = state, version = version + 1, \
                      audit_seq = audit_seq + 1, updated_at = {now} \
                  WHERE (namespace, run_key) IN (SELECT v_ns, v_key FROM {keys}) \
-                   AND {state} = 'approved' \
+                   AND {keyed_state} = 'approved' \
                    AND NOT EXISTS (SELECT 1 FROM effects e \
                        WHERE e.namespace = runs.namespace AND e.run_key = runs.run_key \
                        AND e.state NOT IN ('completed', 'cancelled') \
                        AND e.role = '{act}') \
                  RETURNING {RUN_COLUMNS}",
                 keys = run_keys(dialect, "$2"),
-                state = dialect.unindexed("state"),
                 act = EffectRole::Act.as_str(),
             ),
             fail_run: format!(
                 "UPDATE runs SET state = $4, prev_state = state, version = version + 1, \
                      reason = $5, last_error = $5, audit_seq = audit_seq + 1, updated_at = {now} \
-                 WHERE namespace = $2 AND run_key = $3 AND state = 'approved' \
+                 WHERE namespace = $2 AND run_key = $3 AND {keyed_state} = 'approved' \
                  RETURNING {RUN_COLUMNS}"
             ),
             lock_runs: match dialect {
@@ -232,7 +239,7 @@ impl RunStatements {
                         "UPDATE runs SET state = '{to}', prev_state = state, version = version + 1, \
                              reason = $4, last_error = CASE WHEN $4 IS NULL THEN last_error ELSE $4 END, \
                              audit_seq = audit_seq + 1, updated_at = {now} \
-                         WHERE namespace = $2 AND run_key = $3 AND state IN {guard} \
+                         WHERE namespace = $2 AND run_key = $3 AND {keyed_state} IN {guard} \
                          RETURNING {RUN_COLUMNS}"
                     )
                 },
@@ -256,7 +263,7 @@ impl RunStatements {
                         "UPDATE runs SET state = '{to}', prev_state = state, version = version + 1, \
                              reason = $4, lease_owner = NULL, lease_expires_at = NULL, {reset}\
                              lease_started_at = NULL, audit_seq = audit_seq + 1, updated_at = {now} \
-                         WHERE namespace = $2 AND run_key = $3 AND state IN {guard} \
+                         WHERE namespace = $2 AND run_key = $3 AND {keyed_state} IN {guard} \
                          RETURNING {RUN_COLUMNS}"
                     )
                 },
@@ -266,7 +273,7 @@ impl RunStatements {
                     "UPDATE runs SET state = '{to}', prev_state = state, version = version + 1, \
                          last_error = $3, reason = $4, lease_owner = NULL, lease_expires_at = NULL, \
                          lease_started_at = NULL, audit_seq = audit_seq + 1, updated_at = {now} \
-                     WHERE execution_ref = $2 AND state IN {guard} \
+                     WHERE execution_ref = $2 AND {keyed_state} IN {guard} \
                        AND (CAST($5 AS TEXT) IS NULL OR claimed_by = $5) \
                      RETURNING {RUN_COLUMNS}"
                 )
