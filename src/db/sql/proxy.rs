@@ -10,7 +10,7 @@ use crate::ledger::RunState;
 /// state's constant let PostgreSQL plan, for young tables without
 /// statistics, a scan of `runs_state_updated` through every completed
 /// run, kept as the statement's generic plan until the next `ANALYZE`.
-pub fn kept_run(namespace: &str, key: &str, payload_hash: &str) -> String {
+pub(crate) fn kept_run(namespace: &str, key: &str, payload_hash: &str) -> String {
     format!(
         "(SELECT state = '{completed}' AND payload_hash = {payload_hash} FROM runs \
              WHERE namespace = {namespace} AND run_key = {key})",
