@@ -14,6 +14,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::db::Database;
 use crate::growth;
+use crate::phases::ServerArgs;
 use crate::server::{Server, ServerSpec};
 use crate::suite::human;
 
@@ -26,15 +27,10 @@ pub struct CheckpointArgs {
     /// Seeded runs (chains), one measurement each.
     #[arg(long, value_delimiter = ',', default_value = "1000000")]
     pub rows: Vec<u64>,
-    /// The `oncegate` binary (default: beside this one).
-    #[arg(long)]
-    pub server_bin: Option<std::path::PathBuf>,
-    /// PostgreSQL server (databases are created and dropped).
-    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
-    pub pg_url: String,
-    /// 1,000 chains per backend, checking the checkpoint only (for CI).
-    #[arg(long)]
-    pub smoke: bool,
+    /// The server binary, PostgreSQL, and smoke mode (1,000 chains per
+    /// backend, checking the checkpoint only).
+    #[command(flatten)]
+    pub server: ServerArgs,
 }
 
 /// Nothing but the checkpoint at start: no retention sweep or recovery
@@ -47,16 +43,16 @@ const CONFIG: &str = "\n[audit]\ncheckpoint_interval_secs = 86400\n\
 /// # Errors
 /// A database, the server or the checkpoint failed.
 pub async fn run(mut args: CheckpointArgs) -> Result<()> {
-    if args.smoke {
+    if args.server.smoke {
         args.rows = vec![1_000];
     }
-    let bin = crate::server::server_bin(args.server_bin.as_deref())?;
+    let bin = args.server.server_bin()?;
     let mut out = String::from(
         "\n| backend | chains | checkpoint s | server peak RSS MiB |\n| --- | ---: | ---: | ---: |\n",
     );
     for backend in &args.backends {
         for &rows in &args.rows {
-            let (took, rss_kib) = measure(&bin, backend, &args.pg_url, rows).await?;
+            let (took, rss_kib) = measure(&bin, backend, &args.server.pg_url, rows).await?;
             let _ = writeln!(
                 out,
                 "| {backend} | {} | {:.1} | {:.1} |",
@@ -66,7 +62,7 @@ pub async fn run(mut args: CheckpointArgs) -> Result<()> {
             );
         }
     }
-    if !args.smoke {
+    if !args.server.smoke {
         println!("{out}");
     }
     Ok(())

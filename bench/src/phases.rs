@@ -1,7 +1,8 @@
 //! The options every load benchmark of the real binary shares (`suite`,
 //! `proxy`, `redis`): how long each phase runs and warms up, which
 //! `oncegate` binary serves, the PostgreSQL server, and the smoke mode
-//! that only checks answers.
+//! that only checks answers. `checkpoint` takes the last three alone
+//! ([`ServerArgs`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -17,13 +18,23 @@ pub struct PhaseArgs {
     /// Warm-up seconds before each phase (not measured).
     #[arg(long, default_value_t = 1.0)]
     pub warmup: f64,
+    /// The server binary, PostgreSQL, smoke mode.
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+/// What every benchmark of the real binary serves with (the load
+/// benchmarks through [`PhaseArgs`], `checkpoint` on its own).
+#[derive(Debug, clap::Args)]
+pub struct ServerArgs {
     /// The `oncegate` binary (default: beside this one).
     #[arg(long)]
     pub server_bin: Option<PathBuf>,
     /// PostgreSQL server (databases are created and dropped).
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
     pub pg_url: String,
-    /// A fraction of a second per phase, checking answers only (for CI).
+    /// A fraction of a second per phase (or the smallest run), checking
+    /// answers only (for CI).
     #[arg(long)]
     pub smoke: bool,
 }
@@ -44,7 +55,9 @@ impl PhaseArgs {
     pub fn warmup(&self) -> Duration {
         Duration::from_secs_f64(self.warmup)
     }
+}
 
+impl ServerArgs {
     /// The `oncegate` binary to serve with.
     ///
     /// # Errors

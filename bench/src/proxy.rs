@@ -120,17 +120,17 @@ fn proxy_config(upstream: SocketAddr) -> String {
 
 /// Runs the phases and prints the report; fails when an answer was wrong.
 pub async fn run(mut args: ProxyArgs) -> Result<()> {
-    if args.phase.smoke {
+    if args.phase.server.smoke {
         args.connections = vec![4];
         args.phase.shorten();
     }
-    let bin = args.phase.server_bin()?;
+    let bin = args.phase.server.server_bin()?;
     let up = upstream().await?;
     let extra = proxy_config(up);
     let mut lines: Vec<(&'static str, &'static str, usize, Report)> = Vec::new();
     for backend in &args.backends {
         eprintln!("{backend}:");
-        let db = Database::create(backend, &args.phase.pg_url, "proxy").await?;
+        let db = Database::create(backend, &args.phase.server.pg_url, "proxy").await?;
         let server = Server::start(&ServerSpec {
             bin: &bin,
             db_url: &db.url,
@@ -153,7 +153,7 @@ pub async fn run(mut args: ProxyArgs) -> Result<()> {
         .filter(|l| l.3.errors > 0)
         .map(|l| format!("{} {} at {}: {:?}", l.0, l.1, l.2, l.3.sample_error))
         .collect();
-    if args.phase.smoke {
+    if args.phase.server.smoke {
         println!(
             "smoke: {} passed, {} failed",
             lines.len() - wrong.len(),

@@ -160,16 +160,20 @@ fn redis_tier_config(port: u16, storm: usize) -> String {
 /// Runs the phases and prints the report; fails when an answer was wrong
 /// or the storm did not have exactly one winner.
 pub async fn run(mut args: RedisArgs) -> Result<()> {
-    if args.phase.smoke {
+    if args.phase.server.smoke {
         args.connections = vec![4];
         args.phase.shorten();
         args.storm = args.storm.min(100);
     }
-    let bin = args.phase.server_bin()?;
+    let bin = args.phase.server.server_bin()?;
     let redis = OwnRedis::start()?;
     let mut lines = Vec::new();
     for &c in &args.connections {
-        let n = if args.phase.smoke { 2_000 } else { 200_000 };
+        let n = if args.phase.server.smoke {
+            2_000
+        } else {
+            200_000
+        };
         let (rps, p50, p99) = redis_benchmark(redis.port, c, n)?;
         eprintln!("  redis-benchmark SET NX PX {c:>4} clients: {rps:>8.0}/s p50 {p50:.2} ms p99 {p99:.2} ms");
         lines.push(Line {
@@ -188,7 +192,7 @@ pub async fn run(mut args: RedisArgs) -> Result<()> {
     for tier in tiers {
         eprintln!("{tier} tier:");
         let backend: &str = if tier == "redis" { "sqlite" } else { &tier };
-        let db = Database::create(backend, &args.phase.pg_url, "redis").await?;
+        let db = Database::create(backend, &args.phase.server.pg_url, "redis").await?;
         let extra = if tier == "redis" {
             redis_tier_config(redis.port, args.storm)
         } else {
@@ -211,7 +215,7 @@ pub async fn run(mut args: RedisArgs) -> Result<()> {
         db.drop_now().await?;
     }
     println!("{}", render(&lines, storm));
-    report(args.phase.smoke, &lines, storm)
+    report(args.phase.server.smoke, &lines, storm)
 }
 
 /// The floor, new keys and duplicates at `c` connections.

@@ -128,13 +128,13 @@ impl Findings {
 
 /// Runs the suite and prints its report; fails when an answer was wrong.
 pub async fn run(mut args: SuiteArgs) -> Result<()> {
-    if args.phase.smoke {
+    if args.phase.server.smoke {
         args.smoke();
     }
     if args.with_10m && !args.growth.contains(&10_000_000) {
         args.growth.push(10_000_000);
     }
-    let bin = args.phase.server_bin()?;
+    let bin = args.phase.server.server_bin()?;
     let mut found = Findings::default();
     for backend in args.backends.clone() {
         eprintln!("{backend}:");
@@ -144,7 +144,7 @@ pub async fn run(mut args: SuiteArgs) -> Result<()> {
         }
     }
     println!("{}", render(&args, &found));
-    if args.phase.smoke {
+    if args.phase.server.smoke {
         // Every measured phase and every storm is one correctness check.
         let checks = found.lines.len() + found.storms.len();
         let failed = found.failures.len();
@@ -165,7 +165,7 @@ async fn throughput_phases(
     backend: &str,
     found: &mut Findings,
 ) -> Result<()> {
-    let db = Database::create(backend, &args.phase.pg_url, "main").await?;
+    let db = Database::create(backend, &args.phase.server.pg_url, "main").await?;
     let name = db.backend;
     let server = Server::start(&ServerSpec {
         bin,
@@ -231,10 +231,10 @@ async fn throughput_phases(
     if let Some(db_name) = db.pg_name() {
         if pgbench::available(&args.pgbench) {
             for &c in &args.connections {
-                pgbench::wait_for_slots(&args.phase.pg_url, c).await?;
+                pgbench::wait_for_slots(&args.phase.server.pg_url, c).await?;
                 let raw = pgbench::run(
                     &args.pgbench,
-                    &args.phase.pg_url,
+                    &args.phase.server.pg_url,
                     db_name,
                     c,
                     warmup,
@@ -322,7 +322,7 @@ async fn growth_phases(
     found: &mut Findings,
 ) -> Result<()> {
     for &rows in &args.growth {
-        let db = Database::create(backend, &args.phase.pg_url, &format!("g{rows}")).await?;
+        let db = Database::create(backend, &args.phase.server.pg_url, &format!("g{rows}")).await?;
         let server = Server::start(&ServerSpec {
             bin,
             db_url: &db.url,
@@ -411,7 +411,7 @@ fn render(args: &SuiteArgs, found: &Findings) -> String {
     for (what, kib) in &found.rss {
         let _ = writeln!(out, "| {what} | {:.1} MiB |", *kib as f64 / 1024.0);
     }
-    if args.phase.smoke {
+    if args.phase.server.smoke {
         out.push_str("\nsmoke run: answers checked; these figures are not measurements\n");
     } else {
         out.push_str(&crate::targets::render(args, found));
