@@ -34,7 +34,7 @@ use crate::deadletter::port::{DeadLetterStore, JobStore, ReplayStore};
 use crate::ingress::port::IngressStore;
 use crate::ingress::RawEvent;
 use crate::ledger::port::{LedgerStore, RecoveryStore};
-use crate::ledger::{ClaimOutcome, ClaimRequest, IdempotencyKey, Namespace, PayloadHash};
+use crate::ledger::{ClaimOutcome, ClaimRequest, IdempotencyKey, Moved, Namespace, PayloadHash};
 use crate::metrics::port::GaugeStore;
 use crate::outbox::port::OutboxStore;
 use crate::outbox::NewEffect;
@@ -131,6 +131,18 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         event: &RawEvent,
         forward: &NewEffect,
     ) -> impl Future<Output = Result<Option<ClaimOutcome>>> + Send;
+
+    /// An owner's completion's first try: one statement where the backend
+    /// knows the run's audit chain (PostgreSQL, for a run one of its
+    /// claim batches won). `None`: nothing was written, and the general
+    /// move decides.
+    fn complete_first(
+        &self,
+        done: tx::ledger::Completion<'_>,
+    ) -> impl Future<Output = Result<Option<Moved>>> + Send {
+        let _ = done;
+        std::future::ready(Ok(None))
+    }
 
     /// The proxy's replay read, batched with its neighbours' where the
     /// backend batches them (PostgreSQL); `None`: read it alone.

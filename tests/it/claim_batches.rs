@@ -22,17 +22,18 @@ use oncegate::ledger::{
 };
 use oncegate::outbox::{EffectRole, EffectSpec, NewEffect};
 use oncegate::proxy::{Answer, ProxyStore};
+use oncegate::validate::port::OutputStore;
 
 use crate::harness::{on_both_backends, Backend, TestDb};
 
 /// A store of `backend`'s concrete type, to read its batching counters.
-enum Store {
+pub(super) enum Store {
     Sqlite(Arc<SqliteStore>),
     Postgres(Arc<PgStore>),
 }
 
 impl Store {
-    async fn open(db: &TestDb) -> Self {
+    pub(super) async fn open(db: &TestDb) -> Self {
         let options = StoreOptions {
             max_connections: 3,
             busy_timeout_ms: 5_000,
@@ -56,7 +57,7 @@ impl Store {
         store
     }
 
-    fn ledger(&self) -> Arc<dyn LedgerStore> {
+    pub(super) fn ledger(&self) -> Arc<dyn LedgerStore> {
         match self {
             Self::Sqlite(s) => s.clone(),
             Self::Postgres(s) => s.clone(),
@@ -70,14 +71,21 @@ impl Store {
         }
     }
 
-    fn proxy(&self) -> Arc<dyn ProxyStore> {
+    pub(super) fn proxy(&self) -> Arc<dyn ProxyStore> {
         match self {
             Self::Sqlite(s) => s.clone(),
             Self::Postgres(s) => s.clone(),
         }
     }
 
-    fn audit(&self) -> Arc<dyn AuditStore> {
+    pub(super) fn outputs(&self) -> Arc<dyn OutputStore> {
+        match self {
+            Self::Sqlite(s) => s.clone(),
+            Self::Postgres(s) => s.clone(),
+        }
+    }
+
+    pub(super) fn audit(&self) -> Arc<dyn AuditStore> {
         match self {
             Self::Sqlite(s) => s.clone(),
             Self::Postgres(s) => s.clone(),
@@ -113,7 +121,7 @@ impl Store {
     }
 }
 
-fn request(key: &str) -> ClaimRequest {
+pub(super) fn request(key: &str) -> ClaimRequest {
     ClaimRequest {
         namespace: Namespace::parse("stripe").unwrap(),
         key: IdempotencyKey::parse(key).unwrap(),

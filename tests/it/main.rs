@@ -17,6 +17,7 @@ mod backup;
 mod body_window;
 mod claim_batches;
 mod cluster_limits;
+mod completions;
 mod conformance;
 mod deadletter_actions;
 mod deadletter_cli;

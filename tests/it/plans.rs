@@ -3,6 +3,7 @@
 //! as a statement's generic plan until the statistics change, so the hot
 //! statements are checked here for the plan they get with none.
 
+use oncegate::db::postgres::complete;
 use oncegate::db::sql::{Dialect, Statements};
 use sqlx::postgres::PgArguments;
 
@@ -134,6 +135,8 @@ async fn postgres_keyed_moves_never_walk_a_state_index_without_statistics() {
         ("correct_effect", &outbox.correct_effect),
         ("cancel", &outbox.cancel),
     ];
+    let at_head = [complete::statement(false), complete::statement(true)];
+    keyed.extend(at_head.iter().map(|sql| ("complete_at_head", sql)));
     for moves in [
         &runs.finish,
         &runs.system_move,

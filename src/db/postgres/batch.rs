@@ -31,6 +31,7 @@ use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot};
 
 use super::claim::{self, Prepared};
+use super::complete::WonHeads;
 use super::intake::{self, PreparedIntake};
 use super::queue::{drive, BatchStats, Counters, Now};
 use crate::audit::Redactor;
@@ -76,12 +77,16 @@ pub(crate) struct Batcher {
     counters: Arc<Counters>,
 }
 
+/// Where a batch's won claims leave their chains (claims only: an intake's
+/// run is approved, no owner completes it).
+type Heads = Option<Arc<WonHeads>>;
+
 impl Batcher {
     /// Starts a batcher's task on the current runtime.
-    pub(crate) fn start(pool: PgPool, now: Now, kind: Kind) -> Self {
+    pub(crate) fn start(pool: PgPool, now: Now, kind: Kind, heads: Heads) -> Self {
         let (queue, rx) = mpsc::unbounded_channel();
         let counters = Arc::new(Counters::default());
-        tokio::spawn(run(pool, now, kind, rx, counters.clone()));
+        tokio::spawn(run(pool, now, kind, heads, rx, counters.clone()));
         Self { queue, counters }
     }
 
@@ -145,12 +150,13 @@ async fn run(
     pool: PgPool,
     now: Now,
     kind: Kind,
+    heads: Heads,
     rx: mpsc::UnboundedReceiver<Waiting>,
     counters: Arc<Counters>,
 ) {
     drive(rx, &counters, |requests| {
-        let (pool, now) = (pool.clone(), now());
-        async move { send(&pool, now, kind, requests).await }
+        let (pool, now, heads) = (pool.clone(), now(), heads.clone());
+        async move { send(&pool, now, kind, heads.as_deref(), requests).await }
     })
     .await;
 }
@@ -172,7 +178,13 @@ impl FromRow for Returned {
 }
 
 /// Sends one batch and answers each of its requests.
-async fn send(pool: &PgPool, now: Option<i64>, kind: Kind, requests: Vec<Waiting>) {
+async fn send(
+    pool: &PgPool,
+    now: Option<i64>,
+    kind: Kind,
+    heads: Option<&WonHeads>,
+    requests: Vec<Waiting>,
+) {
     // The first request of each key goes in; the others follow it.
     let mut leaders: HashMap<(&str, &str), usize> = HashMap::new();
     let mut order = Vec::new();
@@ -201,7 +213,7 @@ async fn send(pool: &PgPool, now: Option<i64>, kind: Kind, requests: Vec<Waiting
                 .enumerate()
                 .map(|(i, w)| {
                     let row = by_key.get(&w.id()).copied();
-                    answer(w, row, leaders[&w.id()] == i)
+                    answer(w, row, leaders[&w.id()] == i, heads)
                 })
                 .collect()
         }
@@ -219,12 +231,16 @@ async fn send(pool: &PgPool, now: Option<i64>, kind: Kind, requests: Vec<Waiting
 }
 
 /// One request's answer from its key's returned row.
-fn answer(w: &Waiting, row: Option<&Returned>, leader: bool) -> Answer {
+fn answer(w: &Waiting, row: Option<&Returned>, leader: bool, heads: Option<&WonHeads>) -> Answer {
     let Some(row) = row else {
         return Ok(None);
     };
     let run = row.run.clone();
     if row.fresh && leader {
+        if let Some(heads) = heads {
+            let (ns, key) = w.id();
+            heads.remember(w.prepared.lease().owner, ns, key, &w.prepared.hash);
+        }
         return Ok(Some(ClaimOutcome::Claimed {
             run,
             lease: w.prepared.lease(),

@@ -17,16 +17,18 @@ use sqlx::PgPool;
 
 use super::exec::{Read, Tx};
 use super::sql::{Dialect, Statements};
+use super::tx::ledger::Completion;
 use super::{Backend, Db, Finish, Job, StoreOptions};
 use crate::clock::{Millis, SharedClock};
 use crate::ingress::RawEvent;
 use crate::ledger::storage::{Result, StoreError};
-use crate::ledger::{ClaimOutcome, ClaimRequest, IdempotencyKey, Namespace, PayloadHash};
+use crate::ledger::{ClaimOutcome, ClaimRequest, IdempotencyKey, Moved, Namespace, PayloadHash};
 use crate::outbox::NewEffect;
 use crate::proxy::Answer;
 
 pub mod batch;
 pub mod claim;
+pub mod complete;
 pub mod intake;
 pub mod proxy_replay;
 mod queue;
@@ -48,6 +50,9 @@ pub struct PgBackend {
     claims: batch::Batcher,
     intakes: batch::Batcher,
     replays: proxy_replay::ReplayBatcher,
+    /// The chains of the runs the claim batches won, for their owners'
+    /// completions.
+    heads: Arc<complete::WonHeads>,
     st: Arc<Statements>,
     clock: SharedClock,
     use_db_clock: bool,
@@ -82,13 +87,20 @@ impl Db<PgBackend> {
             .recovering(options.ledger.clone());
         let (clock, use_db_clock) = (options.clock.clone(), options.use_db_clock);
         let now: queue::Now = Arc::new(move || (!use_db_clock).then(|| clock.now_ms()));
-        let claims = batch::Batcher::start(pool.clone(), now.clone(), batch::Kind::Claims);
-        let intakes = batch::Batcher::start(pool.clone(), now.clone(), batch::Kind::Intakes);
+        let heads = Arc::new(complete::WonHeads::default());
+        let claims = batch::Batcher::start(
+            pool.clone(),
+            now.clone(),
+            batch::Kind::Claims,
+            Some(heads.clone()),
+        );
+        let intakes = batch::Batcher::start(pool.clone(), now.clone(), batch::Kind::Intakes, None);
         let replays = proxy_replay::ReplayBatcher::start(pool.clone(), &st.proxy, now);
         Ok(Self::new(PgBackend {
             claims,
             intakes,
             replays,
+            heads,
             pool,
             st: Arc::new(st),
             clock: options.clock,
@@ -109,6 +121,12 @@ impl Db<PgBackend> {
     /// The intake batches sent so far.
     pub fn intake_batches(&self) -> BatchStats {
         self.backend().intakes.stats()
+    }
+
+    /// The owner completions that went as one statement so far (runs a
+    /// claim batch of this store won).
+    pub fn completions_at_head(&self) -> u64 {
+        self.backend().heads.completed()
     }
 
     /// The proxy replay batches sent so far.
@@ -180,6 +198,11 @@ impl Backend for PgBackend {
         self.intakes
             .accept(req, event, forward, now, redactor)
             .await
+    }
+
+    /// The owner's completion of a run a claim batch won: one statement.
+    async fn complete_first(&self, done: Completion<'_>) -> Result<Option<Moved>> {
+        self.complete_at_head(done).await
     }
 
     /// A kept answer's replay: one statement shared by the reads of a batch.

@@ -18,6 +18,19 @@ pub(crate) fn kept_run(namespace: &str, key: &str, payload_hash: &str) -> String
     )
 }
 
+/// Keeps the answer `rows` give (namespace, key, status, headers, body,
+/// stored_at, expires_at): a retried key that completes again replaces
+/// the one its window let go.
+pub(crate) fn keep_answer(rows: &str) -> String {
+    format!(
+        "INSERT INTO proxy_answers (namespace, run_key, status, headers, body, stored_at, \
+             expires_at) {rows} \
+         ON CONFLICT (namespace, run_key) DO UPDATE SET status = excluded.status, \
+             headers = excluded.headers, body = excluded.body, \
+             stored_at = excluded.stored_at, expires_at = excluded.expires_at"
+    )
+}
+
 /// The proxy's statements, spelled for one backend.
 #[derive(Debug, Clone)]
 pub struct ProxyStatements {
@@ -52,14 +65,7 @@ impl ProxyStatements {
     pub fn new(dialect: Dialect) -> Self {
         let now = dialect.now();
         Self {
-            insert_answer: format!(
-                "INSERT INTO proxy_answers (namespace, run_key, status, headers, body, \
-                     stored_at, expires_at) \
-                 VALUES ($2, $3, $4, $5, $6, {now}, {now} + $7) \
-                 ON CONFLICT (namespace, run_key) DO UPDATE SET status = excluded.status, \
-                     headers = excluded.headers, body = excluded.body, \
-                     stored_at = excluded.stored_at, expires_at = excluded.expires_at"
-            ),
+            insert_answer: keep_answer(&format!("VALUES ($2, $3, $4, $5, $6, {now}, {now} + $7)")),
             answer: format!(
                 "SELECT status, headers, body FROM proxy_answers \
                  WHERE namespace = $2 AND run_key = $3 AND expires_at > {now}"

@@ -108,11 +108,8 @@ impl RunStatements {
             "state" => keyed_state.clone(),
             other => other.to_owned(),
         };
-        let owner_guard = format!(
-            "namespace = $2 AND run_key = $3 AND lease_owner = $4 AND version = $5 \
-             AND lease_expires_at > {now}"
-        );
-        let (append_audit, append_audits) = append_statements(dialect);
+        let owner_guard = owner_guard(now);
+        let (append_audit, append_audits) = append::statements(dialect);
         let budget = BudgetSql {
             max_reclaims: "$5",
             retry_window_ms: "$6",
@@ -172,15 +169,7 @@ impl RunStatements {
                     Move::Gate,
                     Move::OutcomeUnknown,
                 ],
-                |to, guard| {
-                    format!(
-                        "UPDATE runs SET state = '{to}', prev_state = state, version = version + 1, \
-                             result = $6, last_error = $7, reason = $8, lease_owner = NULL, \
-                             lease_expires_at = NULL, audit_seq = audit_seq + 1, updated_at = {now} \
-                         WHERE {owner_guard} AND {keyed_state} IN {guard} \
-                         RETURNING {RUN_COLUMNS}"
-                    )
-                },
+                |to, guard| owner_finish(dialect, to, guard, false),
             ),
             owner_touch: format!(
                 "UPDATE runs SET audit_seq = audit_seq + 1, updated_at = {now} \
@@ -338,6 +327,42 @@ fn claim(now: &str) -> String {
     )
 }
 
+/// The guard of an owner move: the caller's lease is the run's live one.
+/// Binds: now, namespace, key, owner, version.
+fn owner_guard(now: &str) -> String {
+    format!(
+        "namespace = $2 AND run_key = $3 AND lease_owner = $4 AND version = $5 \
+         AND lease_expires_at > {now}"
+    )
+}
+
+/// An owner's move out of `processing` to `to` (the `finish` statements).
+/// `at_head`: also guarded by the chain's last number and head ($9, $10),
+/// and moving the head to the entry hashed onto it ($11), for the one
+/// statement that completes a run whose chain this node knows
+/// ([`crate::db::postgres::complete`]). Binds: now, namespace, key, owner,
+/// version, result, last_error, reason.
+pub(crate) fn owner_finish(dialect: Dialect, to: &str, guard: &str, at_head: bool) -> String {
+    let (head, chain) = if at_head {
+        (
+            "audit_head = $11, ",
+            " AND audit_seq = $9 AND audit_head = $10",
+        )
+    } else {
+        ("", "")
+    };
+    format!(
+        "UPDATE runs SET state = '{to}', prev_state = state, version = version + 1, \
+             result = $6, last_error = $7, reason = $8, lease_owner = NULL, \
+             lease_expires_at = NULL, audit_seq = audit_seq + 1, {head}updated_at = {now} \
+         WHERE {guard_owner} AND {state} IN {guard}{chain} \
+         RETURNING {RUN_COLUMNS}",
+        now = dialect.now(),
+        guard_owner = owner_guard(dialect.now()),
+        state = dialect.unindexed("state"),
+    )
+}
+
 /// One statement per move, from the move's target and start states.
 fn moves(list: &[Move], sql: impl Fn(&str, &str) -> String) -> HashMap<Move, String> {
     list.iter()
@@ -350,51 +375,6 @@ fn run_keys(dialect: Dialect, param: &str) -> String {
     dialect.json_rows(param, &[("v_ns", "text"), ("v_key", "text")])
 }
 
-/// The single and batched audit appends: the entry inserted and its run's
-/// chain head moved, in one round trip.
-fn append_statements(dialect: Dialect) -> (String, String) {
-    let insert = super::audit::INSERT_AUDIT;
-    let move_head = "UPDATE runs SET audit_head = $11 WHERE namespace = $1 AND run_key = $2";
-    let rows = dialect.json_rows(
-        "$1",
-        &[
-            ("v_ns", "text"),
-            ("v_key", "text"),
-            ("v_seq", "bigint"),
-            ("v_kind", "text"),
-            ("v_actor", "text"),
-            ("v_from", "text"),
-            ("v_to", "text"),
-            ("v_version", "bigint"),
-            ("v_detail", "text"),
-            ("v_prev", "text"),
-            ("v_hash", "text"),
-            ("v_at", "bigint"),
-        ],
-    );
-    let insert_many = format!(
-        "INSERT INTO audit_events (namespace, run_key, seq, kind, actor, from_state, to_state, \
-             version, detail, prev_hash, hash, created_at) \
-         SELECT v_ns, v_key, v_seq, v_kind, v_actor, v_from, v_to, v_version, v_detail, v_prev, \
-             v_hash, v_at FROM {rows}"
-    );
-    let move_heads = format!(
-        "UPDATE runs AS r SET audit_head = v.v_hash FROM {rows} \
-         WHERE r.namespace = v.v_ns AND r.run_key = v.v_key"
-    );
-    match dialect {
-        // sqlx runs each statement of a SQLite query string in turn,
-        // binding `$N` by number in each.
-        Dialect::Sqlite => (
-            format!("{insert}; {move_head}"),
-            format!("{insert_many}; {move_heads}"),
-        ),
-        Dialect::Postgres => (
-            format!("WITH appended AS ({insert}) {move_head}"),
-            format!("WITH appended AS ({insert_many}) {move_heads}"),
-        ),
-    }
-}
-
+mod append;
 #[cfg(test)]
 mod tests;

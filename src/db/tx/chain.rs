@@ -95,6 +95,11 @@ impl Foreseen {
         &self.hash
     }
 
+    /// The entry, its detail redacted.
+    pub(crate) fn entry(&self) -> &AuditEntry {
+        &self.entry
+    }
+
     /// Whether the move returned the row this entry was foreseen for.
     fn fits(&self, row: &RunRow, run: &Run, kind: Move) -> bool {
         let e = &self.entry;

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 
 use super::deadletter::record_dead_letter;
-use super::ledger::{owner_move, MoveFields};
+use super::ledger::{owner_move, Completion, MoveFields};
 use super::Owned;
 use crate::clock::Millis;
 use crate::db::exec::{Args, FromRow, Row, Tx};
@@ -16,6 +16,13 @@ use crate::ledger::storage::Result;
 use crate::ledger::{IdempotencyKey, Move, Moved, Namespace, OwnerCall, PayloadHash};
 use crate::proxy::{Answer, ProxyStore};
 
+/// A completed key's run result and audit detail: the answer's summary.
+fn completion(answer: &Answer) -> (String, Value) {
+    let summary = answer.summary();
+    let detail = json!({ "proxy_answer": summary });
+    (summary.to_string(), detail)
+}
+
 /// `processing → completed` by the owner, the answer kept for `window_ms`.
 async fn complete(
     tx: &mut Tx<'_>,
@@ -23,11 +30,11 @@ async fn complete(
     answer: &Answer,
     window_ms: Millis,
 ) -> Result<Finish<Owned<Moved>>> {
+    let (result, detail) = completion(answer);
     let fields = MoveFields {
-        result: Some(answer.summary().to_string()),
+        result: Some(result),
         ..MoveFields::default()
     };
-    let detail = json!({ "proxy_answer": answer.summary() });
     let moved = owner_move(tx, call, Move::Complete, fields, detail, &[]).await?;
     if matches!(moved, Finish::Commit(Owned::Done(_))) {
         let st = tx.st;
@@ -94,6 +101,12 @@ impl<B: Backend> ProxyStore for Db<B> {
         answer: &Answer,
         window_ms: Millis,
     ) -> Result<Moved> {
+        let (result, detail) = completion(answer);
+        let st = self.backend().statements();
+        let done = Completion::new(st, call, Some(result), detail, Some((answer, window_ms)));
+        if let Some(moved) = self.backend().complete_first(done).await? {
+            return Ok(moved);
+        }
         let (owned, answer) = (call.clone(), answer.clone());
         let moved = self
             .write(move |tx| {

@@ -9,8 +9,8 @@ pub(crate) use claim::{
     answer, approve_claimed, approve_claimed_foreseen, claim_detail, first_claim_entry,
     first_entry, settled_claim, try_claim, try_claim_foreseen, Attempt,
 };
-use owner::{finish, renew};
-pub(crate) use owner::{owner_guard, owner_move, MoveFields};
+pub(crate) use owner::{completion_at_head, owner_guard, owner_move, Completion, MoveFields};
+use owner::{finish, finish_parts, renew};
 
 use async_trait::async_trait;
 
@@ -104,6 +104,14 @@ impl<B: Backend> LedgerStore for Db<B> {
     }
 
     async fn finish(&self, call: &OwnerCall, mv: &OwnerMove) -> Result<Moved> {
+        if let OwnerMove::Complete { .. } = mv {
+            let (fields, detail) = finish_parts(mv);
+            let st = self.backend().statements();
+            let done = Completion::new(st, call, fields.result, detail, None);
+            if let Some(moved) = self.backend().complete_first(done).await? {
+                return Ok(moved);
+            }
+        }
         let (owned, mv) = (call.clone(), mv.clone());
         let moved = self
             .write(move |tx| Box::pin(async move { finish(tx, &owned, &mv).await }))

@@ -1,16 +1,20 @@
 //! Moves by the lease owner: renew, conclude, finish, each guarded by the
 //! owner and fencing version the caller holds.
 
-use super::super::chain::record;
+use super::super::chain::{record, Foreseen};
 use super::super::outbox::insert_effect;
 use super::super::Owned;
+use crate::audit::AuditEntry;
+use crate::clock::Millis;
 use crate::db::exec::{Args, Tx};
 use crate::db::rows::RunRow;
+use crate::db::sql::Statements;
 use crate::db::Finish;
 use crate::ledger::storage::Result;
-use crate::ledger::{Lease, Move, Moved, OwnerCall, OwnerMove};
+use crate::ledger::{Lease, Move, Moved, OwnerCall, OwnerMove, RunState};
 use crate::outbox::seal::add_seals;
 use crate::outbox::NewEffect;
+use crate::proxy::Answer;
 use serde_json::{json, Value};
 
 /// What an owner move writes besides the state.
@@ -62,18 +66,82 @@ pub(crate) async fn owner_move(
     effects: &[NewEffect],
 ) -> Result<Finish<Owned<Moved>>> {
     let ns = call.namespace.as_str();
-    if let Some(result) = &fields.result {
-        if tx.st.redactor.applies(ns) {
-            if let Ok(mut value) = serde_json::from_str::<Value>(result) {
-                tx.st.redactor.value(ns, &mut value);
-                fields.result = Some(value.to_string());
-            }
-        }
-    }
+    redact_result(tx.st, ns, &mut fields.result);
     let st = tx.st;
     let args = owner_args(tx.now, ns, call.key.as_str(), &call.lease, fields);
     let updated = tx.optional::<RunRow>(&st.runs.finish[&kind], args).await?;
     conclude(tx, call, updated, kind, detail, effects).await
+}
+
+/// An owner's completion as a backend's one-statement path takes it
+/// ([`Backend::complete_first`](crate::db::Backend::complete_first)).
+pub struct Completion<'a> {
+    /// The owner's call.
+    pub(crate) call: &'a OwnerCall,
+    /// The run's result, as stored (redacted).
+    pub(crate) result: Option<String>,
+    /// The audit entry's detail, as the general move would record it.
+    pub(crate) detail: Value,
+    /// The proxy's answer, kept for its window (milliseconds).
+    pub(crate) answer: Option<(&'a Answer, Millis)>,
+}
+
+impl<'a> Completion<'a> {
+    /// The completion of `call` with `result` (redacted here) and the
+    /// audit `detail`.
+    pub(crate) fn new(
+        st: &Statements,
+        call: &'a OwnerCall,
+        mut result: Option<String>,
+        detail: Value,
+        answer: Option<(&'a Answer, Millis)>,
+    ) -> Self {
+        redact_result(st, call.namespace.as_str(), &mut result);
+        Self {
+            call,
+            result,
+            detail,
+            answer,
+        }
+    }
+}
+
+/// A run's result as it is stored: redacted by the namespace's rules.
+pub(crate) fn redact_result(st: &Statements, namespace: &str, result: &mut Option<String>) {
+    if let Some(text) = result {
+        if st.redactor.applies(namespace) {
+            if let Ok(mut value) = serde_json::from_str::<Value>(text) {
+                st.redactor.value(namespace, &mut value);
+                *text = value.to_string();
+            }
+        }
+    }
+}
+
+/// The audit entry of an owner's completion at a known chain head (`seq`,
+/// `head`): the entry [`record`] would append after the `finish` move of
+/// [`Move::Complete`], at this node's time, hashed before the statement.
+pub(crate) fn completion_at_head(
+    st: &Statements,
+    call: &OwnerCall,
+    seq: i64,
+    head: &str,
+    detail: Value,
+    at: Millis,
+) -> Foreseen {
+    let entry = AuditEntry {
+        namespace: call.namespace.to_string(),
+        key: call.key.to_string(),
+        seq: seq + 1,
+        kind: Move::Complete.as_str().into(),
+        actor: call.actor.clone(),
+        from_state: Some(RunState::Processing.as_str().into()),
+        to_state: Some(Move::Complete.to_state().as_str().into()),
+        version: Some(call.lease.version.get() + 1),
+        detail,
+        created_at: at,
+    };
+    Foreseen::new(st, entry, Some(head.to_owned()))
 }
 
 /// Ends an owner call: audit and effects on success, `Lost` otherwise.
@@ -113,11 +181,8 @@ pub(super) async fn renew(
     conclude(tx, call, updated, Move::Renew, detail, &[]).await
 }
 
-pub(super) async fn finish(
-    tx: &mut Tx<'_>,
-    call: &OwnerCall,
-    mv: &OwnerMove,
-) -> Result<Finish<Owned<Moved>>> {
+/// What an owner's finish writes: its fields and its audit detail.
+pub(super) fn finish_parts(mv: &OwnerMove) -> (MoveFields<'_>, Value) {
     let (result, error, reason) = match mv {
         OwnerMove::Complete { result } => (result.as_ref().map(Value::to_string), None, None),
         OwnerMove::FailRetryable { error } => (None, Some(error.as_str()), None),
@@ -129,5 +194,14 @@ pub(super) async fn finish(
         error,
         reason,
     };
+    (fields, detail)
+}
+
+pub(super) async fn finish(
+    tx: &mut Tx<'_>,
+    call: &OwnerCall,
+    mv: &OwnerMove,
+) -> Result<Finish<Owned<Moved>>> {
+    let (fields, detail) = finish_parts(mv);
     owner_move(tx, call, mv.as_move(), fields, detail, &[]).await
 }
