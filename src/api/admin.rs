@@ -2,12 +2,13 @@
 
 use axum::extract::State;
 use axum::routing::get;
-use axum::{middleware, Json, Router};
+use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::error::{ApiError, Result};
 use super::{auth, ApiJson, Caller};
+use crate::api::auth::Scoped;
 use crate::outbox::killswitch::scope_for;
 use crate::outbox::ActionSwitch;
 use crate::state::AppState;
@@ -15,10 +16,7 @@ use crate::state::AppState;
 pub(super) fn router(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/v1/admin/actions", get(list).post(set))
-        .route_layer(middleware::from_fn_with_state(
-            (state, auth::OPERATOR_OR_ADMIN),
-            auth::scoped,
-        ))
+        .only(state, auth::OPERATOR_OR_ADMIN)
 }
 
 /// `POST /v1/admin/actions`.

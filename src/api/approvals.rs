@@ -3,22 +3,20 @@
 
 use axum::extract::State;
 use axum::routing::get;
-use axum::{middleware, Json, Router};
+use axum::{Json, Router};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
 use super::auth;
 use super::error::Result;
+use crate::api::auth::Scoped;
 use crate::approval::card::{self, ApprovalCard};
 use crate::state::AppState;
 
 pub(super) fn router(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/v1/approvals", get(list))
-        .route_layer(middleware::from_fn_with_state(
-            (state, auth::APPROVER_OR_OPERATOR),
-            auth::scoped,
-        ))
+        .only(state, auth::APPROVER_OR_OPERATOR)
 }
 
 /// `GET /v1/approvals` query.

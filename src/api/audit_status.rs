@@ -5,22 +5,20 @@
 
 use axum::extract::State;
 use axum::routing::get;
-use axum::{middleware, Json, Router};
+use axum::{Json, Router};
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::auth;
 use super::error::Result;
+use crate::api::auth::Scoped;
 use crate::clock::to_datetime;
 use crate::state::AppState;
 
 pub(super) fn router(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/v1/audit/status", get(status))
-        .route_layer(middleware::from_fn_with_state(
-            (state, auth::OPERATOR_OR_ADMIN),
-            auth::scoped,
-        ))
+        .only(state, auth::OPERATOR_OR_ADMIN)
 }
 
 /// The latest verification and checkpoint.

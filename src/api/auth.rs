@@ -12,6 +12,7 @@ use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
 use axum::response::Response;
+use axum::Router;
 
 use super::error::ApiError;
 use crate::config::Scope;
@@ -68,9 +69,24 @@ pub const ADMIN: &[Scope] = &[Scope::Admin];
 /// scope (admins hold every scope).
 pub const PROXY: &[Scope] = &[Scope::Proxy];
 
+/// A router whose routes admit only callers holding one of the scopes.
+pub trait Scoped {
+    /// The routes so far, behind [`scoped`] with `scopes`.
+    #[must_use]
+    fn only(self, state: AppState, scopes: &'static [Scope]) -> Self;
+}
+
+impl Scoped for Router<AppState> {
+    fn only(self, state: AppState, scopes: &'static [Scope]) -> Self {
+        self.route_layer(axum::middleware::from_fn_with_state(
+            (state, scopes),
+            scoped,
+        ))
+    }
+}
+
 /// Middleware for routes that need one of a set of scopes (one of the
-/// sets above): `middleware::from_fn_with_state((state, auth::WORKFLOW),
-/// auth::scoped)`.
+/// sets above), as [`Scoped::only`] adds it.
 ///
 /// # Errors
 /// As [`require`].

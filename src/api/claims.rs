@@ -2,7 +2,6 @@
 
 use axum::http::header::RETRY_AFTER;
 use axum::http::HeaderValue;
-use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{extract::State, Json, Router};
@@ -15,6 +14,7 @@ use super::error::{ApiError, Result};
 use super::runs::{optional_text, RunRef};
 use super::telemetry::{record_run, CorrelationId};
 use super::{auth, ApiJson, Caller};
+use crate::api::auth::Scoped;
 use crate::clock::to_datetime;
 use crate::ledger::{
     BusinessKey, ClaimOutcome, ClaimRequest, IdempotencyKey, PayloadHash, Run, RunMetadata,
@@ -26,10 +26,7 @@ use crate::tokens::Principal;
 pub(super) fn router(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/v1/claims", post(claim))
-        .route_layer(middleware::from_fn_with_state(
-            (state, auth::WORKFLOW),
-            auth::scoped,
-        ))
+        .only(state, auth::WORKFLOW)
 }
 
 /// A claim of `(namespace, key)`.

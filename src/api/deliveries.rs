@@ -4,10 +4,11 @@
 //! stored delivery: forward anyway (a `duplicate_of` event, once) and
 //! redeliver (an event that reached its workflow, as a new run).
 
+use crate::api::auth::Scoped;
 use crate::api::PathId;
 use axum::extract::State;
 use axum::routing::{get, post};
-use axum::{middleware, Json, Router};
+use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -30,10 +31,7 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
         .route("/v1/deliveries/{id}", get(show))
         .route("/v1/deliveries/{id}/forward", post(forward))
         .route("/v1/deliveries/{id}/redeliver", post(redeliver))
-        .route_layer(middleware::from_fn_with_state(
-            (state, auth::OPERATOR_OR_ADMIN),
-            auth::scoped,
-        ))
+        .only(state, auth::OPERATOR_OR_ADMIN)
 }
 
 /// One entry of the deliveries log (never the body).

@@ -1,9 +1,10 @@
 //! The outbox over HTTP: the owner's commit, the effects of a run, cancel.
 
+use crate::api::auth::Scoped;
 use crate::api::PathId;
 use axum::extract::State;
 use axum::routing::{get, post};
-use axum::{middleware, Json, Router};
+use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -22,17 +23,11 @@ use crate::state::AppState;
 pub(super) fn router(state: AppState) -> Router<AppState> {
     let owner = Router::new()
         .route("/v1/runs/commit", post(commit))
-        .route_layer(middleware::from_fn_with_state(
-            (state.clone(), auth::WORKFLOW),
-            auth::scoped,
-        ));
+        .only(state.clone(), auth::WORKFLOW);
     let read = Router::new()
         .route("/v1/runs/effects", get(list))
         .route("/v1/effects/{id}/cancel", post(cancel))
-        .route_layer(middleware::from_fn_with_state(
-            (state, auth::WORKFLOW_OR_OPERATOR),
-            auth::scoped,
-        ));
+        .only(state, auth::WORKFLOW_OR_OPERATOR);
     owner.merge(read)
 }
 

@@ -5,7 +5,7 @@
 
 use axum::extract::State;
 use axum::routing::post;
-use axum::{middleware, Json, Router};
+use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -15,6 +15,7 @@ use super::effects::{parse_effects, Route};
 use super::error::{ApiError, Result};
 use super::runs::{optional_text, owner_call};
 use super::{auth, ApiJson, Caller};
+use crate::api::auth::Scoped;
 use crate::approval::gate::{GateRequest, ModelOutput};
 use crate::clock::to_datetime;
 use crate::outbox::effect_check::EffectRequest;
@@ -24,10 +25,7 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/v1/runs/output", post(output))
         .route("/v1/runs/gate", post(gate))
-        .route_layer(middleware::from_fn_with_state(
-            (state, auth::WORKFLOW),
-            auth::scoped,
-        ))
+        .only(state, auth::WORKFLOW)
 }
 
 /// The model that produced an output.

@@ -7,7 +7,6 @@
 //! itself costs; operators can use it to check a token and the path to
 //! oncegate without writing anything.
 
-use axum::middleware;
 use axum::routing::post;
 use axum::{extract::State, Json, Router};
 use serde::Serialize;
@@ -16,15 +15,13 @@ use utoipa::ToSchema;
 
 use super::error::Result;
 use super::{auth, ApiJson, Caller};
+use crate::api::auth::Scoped;
 use crate::state::AppState;
 
 pub(super) fn router(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/v1/noop", post(noop))
-        .route_layer(middleware::from_fn_with_state(
-            (state, auth::WORKFLOW),
-            auth::scoped,
-        ))
+        .only(state, auth::WORKFLOW)
 }
 
 /// The answer of the no-op route.

@@ -5,7 +5,6 @@
 use axum::body::{to_bytes, Body};
 use axum::extract::{Request, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode};
-use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, post};
 use axum::{Json, Router};
@@ -17,6 +16,7 @@ use super::hooks::unreadable;
 use super::runs::RunView;
 use super::telemetry::CorrelationId;
 use super::{auth, ApiJson, Caller};
+use crate::api::auth::Scoped;
 use crate::ledger::{IdempotencyKey, Namespace};
 use crate::proxy::request::Inbound;
 use crate::proxy::resolve::{resolve as decide, Decision, Finding};
@@ -27,16 +27,10 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
     let proxied = Router::new()
         .route("/proxy/{name}", any(forward))
         .route("/proxy/{name}/{*path}", any(forward))
-        .route_layer(middleware::from_fn_with_state(
-            (state.clone(), auth::PROXY),
-            auth::scoped,
-        ));
+        .only(state.clone(), auth::PROXY);
     let operator = Router::new()
         .route("/v1/proxy/resolve", post(resolve))
-        .route_layer(middleware::from_fn_with_state(
-            (state, auth::OPERATOR_OR_ADMIN),
-            auth::scoped,
-        ));
+        .only(state, auth::OPERATOR_OR_ADMIN);
     proxied.merge(operator)
 }
 

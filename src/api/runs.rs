@@ -6,7 +6,7 @@
 
 use axum::extract::State;
 use axum::routing::{get, post};
-use axum::{middleware, Json, Router};
+use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
@@ -14,6 +14,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::access::{self, Access};
 use super::error::{ApiError, Result};
 use super::{auth, ApiJson, Caller};
+use crate::api::auth::Scoped;
 use crate::clock::to_datetime;
 use crate::ledger::{IdempotencyKey, Lease, Moved, Namespace, OwnerCall, OwnerMove, Run, RunState};
 use crate::state::AppState;
@@ -24,17 +25,10 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
         .route("/v1/runs/renew", post(renew))
         .route("/v1/runs/complete", post(complete))
         .route("/v1/runs/fail", post(fail))
-        .route_layer(middleware::from_fn_with_state(
-            (state.clone(), auth::WORKFLOW),
-            auth::scoped,
-        ));
-    let read =
-        Router::new()
-            .route("/v1/runs", get(get_run))
-            .route_layer(middleware::from_fn_with_state(
-                (state, auth::WORKFLOW_OR_OPERATOR),
-                auth::scoped,
-            ));
+        .only(state.clone(), auth::WORKFLOW);
+    let read = Router::new()
+        .route("/v1/runs", get(get_run))
+        .only(state, auth::WORKFLOW_OR_OPERATOR);
     owner.merge(read)
 }
 

@@ -3,12 +3,13 @@
 
 use axum::extract::{Path, State};
 use axum::routing::{get, post};
-use axum::{middleware, Json, Router};
+use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::error::{ApiError, Result};
 use super::{auth, ApiJson, Caller};
+use crate::api::auth::Scoped;
 use crate::outbox::health::{self, TargetChangeError, TargetHealth};
 use crate::state::AppState;
 
@@ -16,10 +17,7 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/v1/admin/targets", get(list))
         .route("/v1/admin/targets/{target}", post(set))
-        .route_layer(middleware::from_fn_with_state(
-            (state, auth::OPERATOR_OR_ADMIN),
-            auth::scoped,
-        ))
+        .only(state, auth::OPERATOR_OR_ADMIN)
 }
 
 /// `POST /v1/admin/targets/{target}`.

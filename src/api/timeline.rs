@@ -7,21 +7,19 @@
 
 use axum::extract::State;
 use axum::routing::get;
-use axum::{middleware, Json, Router};
+use axum::{Json, Router};
 
 use super::auth;
 use super::error::{ApiError, Result};
 use super::runs::RunRef;
+use crate::api::auth::Scoped;
 use crate::audit::timeline::Timeline;
 use crate::state::AppState;
 
 pub(super) fn router(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/v1/runs/timeline", get(timeline))
-        .route_layer(middleware::from_fn_with_state(
-            (state, auth::WORKFLOW_OR_OPERATOR),
-            auth::scoped,
-        ))
+        .only(state, auth::WORKFLOW_OR_OPERATOR)
 }
 
 /// One key's history, arranged to answer the four audit questions.

@@ -5,13 +5,14 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
-use axum::{middleware, Json, Router};
+use axum::{Json, Router};
 use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::error::{ApiError, Result};
 use super::{auth, ApiJson, Caller, PathId};
+use crate::api::auth::Scoped;
 use crate::state::AppState;
 use crate::tokens::manage::{Source, TokenView};
 use crate::tokens::{NamespacePattern, NewToken, Scope};
@@ -20,10 +21,7 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/v1/admin/tokens", get(list).post(create))
         .route("/v1/admin/tokens/{id}/revoke", post(revoke))
-        .route_layer(middleware::from_fn_with_state(
-            (state, auth::ADMIN),
-            auth::scoped,
-        ))
+        .only(state, auth::ADMIN)
 }
 
 /// `POST /v1/admin/tokens`.

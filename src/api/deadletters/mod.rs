@@ -3,10 +3,11 @@
 //! operator's commands ([`actions`]); bulk replay jobs ([`jobs`]); and the
 //! workflow's failure report by execution ref ([`fail`], workflow scope).
 
+use crate::api::auth::Scoped;
 use crate::api::PathId;
 use axum::extract::State;
 use axum::routing::{get, post};
-use axum::{middleware, Json, Router};
+use axum::{Json, Router};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -41,16 +42,10 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
         .route("/v1/dead-letters/{id}/assign", post(actions::assign))
         .route("/v1/runs/links", get(actions::links))
         .merge(jobs::routes())
-        .route_layer(middleware::from_fn_with_state(
-            (state.clone(), auth::OPERATOR_OR_ADMIN),
-            auth::scoped,
-        ));
+        .only(state.clone(), auth::OPERATOR_OR_ADMIN);
     let workflow = Router::new()
         .route("/v1/runs/fail-by-execution", post(fail::fail_by_execution))
-        .route_layer(middleware::from_fn_with_state(
-            (state, auth::WORKFLOW),
-            auth::scoped,
-        ));
+        .only(state, auth::WORKFLOW);
     operator.merge(workflow)
 }
 
