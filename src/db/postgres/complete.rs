@@ -7,12 +7,12 @@
 //! batch won ([`super::batch`]) has a chain this node wrote: one entry,
 //! whose hash the batch computed. Remembered here under the claim's lease
 //! owner, it lets the owner's completion hash its own entry before the
-//! statement and go as one autocommitted statement
-//! ([`statement`]; the proxy's also keeps the answer). That statement is guarded by the lease and by the
-//! chain's number and head: a run renewed, reclaimed or otherwise moved
-//! since matches nothing, writes nothing, and goes on to the general path,
-//! which answers it exactly as before. So does every run this node did
-//! not claim in a batch, or has forgotten.
+//! statement and go as one autocommitted statement ([`statement`]; the
+//! proxy's also keeps the answer). That statement is guarded by the lease
+//! and by the chain's number and head: a run renewed, reclaimed or
+//! otherwise moved since matches nothing, writes nothing, and goes on to
+//! the general path, which answers it exactly as before. So does every
+//! run this node did not claim in a batch, or has forgotten.
 //!
 //! Memory is bounded: at most [`KEPT`] heads, the oldest forgotten first.
 
