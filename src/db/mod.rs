@@ -34,7 +34,9 @@ use crate::deadletter::port::{DeadLetterStore, JobStore, ReplayStore};
 use crate::ingress::port::IngressStore;
 use crate::ingress::RawEvent;
 use crate::ledger::port::{LedgerStore, RecoveryStore};
-use crate::ledger::{ClaimOutcome, ClaimRequest, IdempotencyKey, Moved, Namespace, PayloadHash};
+use crate::ledger::{
+    ClaimOutcome, ClaimRequest, IdempotencyKey, Moved, Namespace, OwnerCall, PayloadHash,
+};
 use crate::metrics::port::GaugeStore;
 use crate::outbox::port::OutboxStore;
 use crate::outbox::NewEffect;
@@ -134,13 +136,17 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 
     /// An owner's completion's first try: one statement where the backend
     /// knows the run's audit chain (PostgreSQL, for a run one of its
-    /// claim batches won). `None`: nothing was written, and the general
-    /// move decides.
-    fn complete_first(
-        &self,
-        done: tx::ledger::Completion<'_>,
-    ) -> impl Future<Output = Result<Option<Moved>>> + Send {
-        let _ = done;
+    /// claim batches won); `done` builds the completion only then. `None`:
+    /// nothing was written, and the general move decides.
+    fn complete_first<'a, F>(
+        &'a self,
+        call: &'a OwnerCall,
+        done: F,
+    ) -> impl Future<Output = Result<Option<Moved>>> + Send + 'a
+    where
+        F: FnOnce() -> tx::ledger::Completion<'a> + Send + 'a,
+    {
+        let _ = (call, done);
         std::future::ready(Ok(None))
     }
 

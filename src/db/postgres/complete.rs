@@ -155,14 +155,19 @@ impl WonHeads {
 }
 
 impl PgBackend {
-    /// `done` in one statement if this node knows its run's chain;
+    /// `call`'s completion (`done` builds it) in one statement if this
+    /// node knows its run's chain;
     /// `None`: nothing was written (no head known, or the run is not where
     /// its claim left it), and the general move decides.
-    pub(super) async fn complete_at_head(&self, done: Completion<'_>) -> Result<Option<Moved>> {
-        let Some((seq, head)) = self.heads.take(done.call) else {
+    pub(super) async fn complete_at_head<'a>(
+        &self,
+        call: &OwnerCall,
+        done: impl FnOnce() -> Completion<'a>,
+    ) -> Result<Option<Moved>> {
+        let Some((seq, head)) = self.heads.take(call) else {
             return Ok(None);
         };
-        let call = done.call;
+        let done = done();
         let st = &self.st;
         let clock_now = self.clock.now_ms();
         let foreseen = completion_at_head(st, call, seq, &head, done.detail, clock_now);

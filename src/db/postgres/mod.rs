@@ -22,7 +22,9 @@ use super::{Backend, Db, Finish, Job, StoreOptions};
 use crate::clock::{Millis, SharedClock};
 use crate::ingress::RawEvent;
 use crate::ledger::storage::{Result, StoreError};
-use crate::ledger::{ClaimOutcome, ClaimRequest, IdempotencyKey, Moved, Namespace, PayloadHash};
+use crate::ledger::{
+    ClaimOutcome, ClaimRequest, IdempotencyKey, Moved, Namespace, OwnerCall, PayloadHash,
+};
 use crate::outbox::NewEffect;
 use crate::proxy::Answer;
 
@@ -201,8 +203,11 @@ impl Backend for PgBackend {
     }
 
     /// The owner's completion of a run a claim batch won: one statement.
-    async fn complete_first(&self, done: Completion<'_>) -> Result<Option<Moved>> {
-        self.complete_at_head(done).await
+    async fn complete_first<'a, F>(&'a self, call: &'a OwnerCall, done: F) -> Result<Option<Moved>>
+    where
+        F: FnOnce() -> Completion<'a> + Send + 'a,
+    {
+        self.complete_at_head(call, done).await
     }
 
     /// A kept answer's replay: one statement shared by the reads of a batch.

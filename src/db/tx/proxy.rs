@@ -101,10 +101,12 @@ impl<B: Backend> ProxyStore for Db<B> {
         answer: &Answer,
         window_ms: Millis,
     ) -> Result<Moved> {
-        let (result, detail) = completion(answer);
-        let st = self.backend().statements();
-        let done = Completion::new(st, call, Some(result), detail, Some((answer, window_ms)));
-        if let Some(moved) = self.backend().complete_first(done).await? {
+        let done = || {
+            let (result, detail) = completion(answer);
+            let st = self.backend().statements();
+            Completion::new(st, call, Some(result), detail, Some((answer, window_ms)))
+        };
+        if let Some(moved) = self.backend().complete_first(call, done).await? {
             return Ok(moved);
         }
         let (owned, answer) = (call.clone(), answer.clone());

@@ -105,10 +105,12 @@ impl<B: Backend> LedgerStore for Db<B> {
 
     async fn finish(&self, call: &OwnerCall, mv: &OwnerMove) -> Result<Moved> {
         if let OwnerMove::Complete { .. } = mv {
-            let (fields, detail) = finish_parts(mv);
-            let st = self.backend().statements();
-            let done = Completion::new(st, call, fields.result, detail, None);
-            if let Some(moved) = self.backend().complete_first(done).await? {
+            let done = || {
+                let (fields, detail) = finish_parts(mv);
+                let st = self.backend().statements();
+                Completion::new(st, call, fields.result, detail, None)
+            };
+            if let Some(moved) = self.backend().complete_first(call, done).await? {
                 return Ok(moved);
             }
         }

@@ -76,8 +76,6 @@ pub(crate) async fn owner_move(
 /// An owner's completion as a backend's one-statement path takes it
 /// ([`Backend::complete_first`](crate::db::Backend::complete_first)).
 pub struct Completion<'a> {
-    /// The owner's call.
-    pub(crate) call: &'a OwnerCall,
     /// The run's result, as stored (redacted).
     pub(crate) result: Option<String>,
     /// The audit entry's detail, as the general move would record it.
@@ -91,14 +89,13 @@ impl<'a> Completion<'a> {
     /// audit `detail`.
     pub(crate) fn new(
         st: &Statements,
-        call: &'a OwnerCall,
+        call: &OwnerCall,
         mut result: Option<String>,
         detail: Value,
         answer: Option<(&'a Answer, Millis)>,
     ) -> Self {
         redact_result(st, call.namespace.as_str(), &mut result);
         Self {
-            call,
             result,
             detail,
             answer,
