@@ -3,7 +3,7 @@
 //! as a statement's generic plan until the statistics change, so the hot
 //! statements are checked here for the plan they get with none.
 
-use oncegate::db::postgres::complete;
+use oncegate::db::postgres::{claim, complete, intake};
 use oncegate::db::sql::{Dialect, Statements};
 use sqlx::postgres::PgArguments;
 
@@ -83,7 +83,7 @@ async fn postgres_replays_read_the_run_by_key_without_statistics() {
 /// depend on them). Nothing is executed: `EXPLAIN` only plans.
 async fn generic_plan(db: &TestDb, statement: &str) -> String {
     use sqlx::Connection;
-    let params = (1..=32)
+    let params = (1..=64)
         .take_while(|n| statement.contains(&format!("${n}")))
         .count();
     let nulls = vec!["NULL"; params].join(", ");
@@ -116,9 +116,10 @@ async fn generic_plan(db: &TestDb, statement: &str) -> String {
 }
 
 /// Every move of a run or an effect found by its key reads it by key in
-/// the generic plan made before any statistics: spelled `… AND state IN
-/// ('processing')`, the owner's completion walked `runs_state_updated`
-/// through every run in flight.
+/// the generic plan made before any statistics, on an empty ledger and on
+/// a few hundred runs: spelled `… AND state IN ('processing')`, the
+/// owner's completion walked `runs_state_updated` through every run in
+/// flight.
 #[tokio::test]
 async fn postgres_keyed_moves_never_walk_a_state_index_without_statistics() {
     let db = TestDb::new(Backend::Postgres).await;
@@ -145,12 +146,73 @@ async fn postgres_keyed_moves_never_walk_a_state_index_without_statistics() {
     ] {
         keyed.extend(moves.values().map(|sql| ("move", sql)));
     }
-    for (name, statement) in keyed {
-        let plan = generic_plan(&db, statement).await;
-        assert!(
-            !plan.contains("runs_state_updated") && !plan.contains("effects_due"),
-            "{name} walks a state index:\n{plan}"
-        );
-        assert!(plan.contains("Index Scan using"), "{name}:\n{plan}");
+    for seeded in [0, 300] {
+        seed_runs(&db, seeded).await;
+        for (name, statement) in &keyed {
+            let plan = generic_plan(&db, statement).await;
+            assert!(
+                !plan.contains("runs_state_updated") && !plan.contains("effects_due"),
+                "{name} walks a state index at {seeded} runs:\n{plan}"
+            );
+            assert!(
+                !plan.contains("runs_business_key"),
+                "{name} walks the business keys at {seeded} runs:\n{plan}"
+            );
+            assert!(
+                plan.contains("Index Scan using"),
+                "{name}, {seeded} runs:\n{plan}"
+            );
+        }
+    }
+}
+
+/// `n` runs written straight into `runs` of `db`, with autovacuum off for
+/// the table, so that no statistics exist when a plan is made: a young
+/// ledger, or one just after a burst.
+async fn seed_runs(db: &TestDb, n: i64) {
+    use sqlx::Connection;
+    let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::raw_sql("ALTER TABLE runs SET (autovacuum_enabled = false)")
+        .execute(&mut c)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO runs (namespace, run_key, state, payload_hash, version, attempts, \
+             claimed_by, correlation_id, audit_seq, created_at, updated_at) \
+         SELECT 'seeded', 'k' || g, 'completed', 'sha256:x', 1, 1, 'seed', 'c', 1, 0, 0 \
+         FROM generate_series(1, $1) g",
+    )
+    .bind(n)
+    .execute(&mut c)
+    .await
+    .unwrap();
+}
+
+/// A batched claim or intake reads the run already holding a key by that
+/// key in its generic plan, on an empty ledger and on one of a few hundred
+/// runs without statistics. While every run stood in `runs_business_key`
+/// (a NULL business key too), the plan made at a few hundred runs scanned
+/// that index for the namespace instead: every run of it, for each
+/// duplicate of the batch, for as long as the connection kept the plan.
+#[tokio::test]
+async fn postgres_batched_claims_read_an_existing_run_by_key_without_statistics() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let batches = [
+        ("claim", claim::statement_for_batch()),
+        ("intake", intake::statement_for_batch()),
+    ];
+    for seeded in [0, 300] {
+        seed_runs(&db, seeded).await;
+        for (name, statement) in &batches {
+            let plan = generic_plan(&db, statement).await;
+            assert!(
+                plan.contains("Index Scan using runs_pkey on runs"),
+                "{name}, {seeded} runs:\n{plan}"
+            );
+            assert!(
+                !plan.contains("runs_business_key"),
+                "{name} walks the business keys at {seeded} runs:\n{plan}"
+            );
+        }
     }
 }

@@ -74,7 +74,7 @@ impl Prepared {
 /// execution_ref, requested_by, claimed_by (as the general claim), then
 /// each audit entry's hash, detail and time. Returns each claimed run
 /// (`fresh`) and each settled run that holds one of the keys.
-pub(crate) fn statement_for_batch() -> String {
+pub fn statement_for_batch() -> String {
     format!(
         "WITH input AS ( \
              SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \

@@ -82,7 +82,7 @@ impl PreparedIntake {
 /// spec, not_before, role; the raw event's id, source, event id, type,
 /// status, payload hash, content type, headers, body, arrival. Returns each
 /// accepted run (`fresh`) and each settled run that holds one of the keys.
-pub(crate) fn statement_for_batch() -> String {
+pub fn statement_for_batch() -> String {
     let now = "og_now_ms($1)";
     let columns = [
         "v_ns",
