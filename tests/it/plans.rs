@@ -42,39 +42,50 @@ pub fn binds(
 }
 
 /// A proxy's replay reads its run by key, alone or in a batch, even in
-/// the generic plan made before any statistics: spelled with `EXISTS (…
-/// state = 'completed' …)`, that plan walked `runs_state_updated` through
-/// every completed run on each read.
+/// the generic plan made before any statistics, on an empty ledger and on
+/// a few hundred runs: spelled with `EXISTS (… state = 'completed' …)`,
+/// that plan walked `runs_state_updated` through every completed run on
+/// each read.
 #[tokio::test]
 async fn postgres_replays_read_the_run_by_key_without_statistics() {
     let db = TestDb::new(Backend::Postgres).await;
     let st = Statements::new(Dialect::Postgres).proxy;
     let generic = Some("SET LOCAL plan_cache_mode = force_generic_plan");
-    let single = binds(|a| {
-        use sqlx::Arguments;
-        a.add(None::<i64>)?;
-        a.add("proxy:p")?;
-        a.add("k")?;
-        a.add("sha256:h")
-    });
-    let batch = binds(|a| {
-        use sqlx::Arguments;
-        a.add(None::<i64>)?;
-        a.add(vec!["proxy:p", "proxy:p"])?;
-        a.add(vec!["k1", "k2"])?;
-        a.add(vec!["sha256:h", "sha256:h"])
-    });
+    let single = || {
+        binds(|a| {
+            use sqlx::Arguments;
+            a.add(None::<i64>)?;
+            a.add("proxy:p")?;
+            a.add("k")?;
+            a.add("sha256:h")
+        })
+    };
+    let batch = || {
+        binds(|a| {
+            use sqlx::Arguments;
+            a.add(None::<i64>)?;
+            a.add(vec!["proxy:p", "proxy:p"])?;
+            a.add(vec!["k1", "k2"])?;
+            a.add(vec!["sha256:h", "sha256:h"])
+        })
+    };
     let batched = st
         .replay_batch
         .as_deref()
         .expect("PostgreSQL batches replays");
-    for (statement, binds) in [(st.replay.as_str(), single), (batched, batch)] {
-        let plan = explain(&db, generic, statement, binds).await;
-        assert!(plan.contains("Index Scan using runs_pkey"), "{plan}");
-        assert!(
-            !plan.contains("runs_state_updated"),
-            "a replay walks the completed runs:\n{plan}"
-        );
+    for seeded in [0, 300] {
+        seed_runs(&db, seeded).await;
+        for (statement, binds) in [(st.replay.as_str(), single()), (batched, batch())] {
+            let plan = explain(&db, generic, statement, binds).await;
+            assert!(
+                plan.contains("Index Scan using runs_pkey"),
+                "{seeded} runs:\n{plan}"
+            );
+            assert!(
+                !plan.contains("runs_state_updated") && !plan.contains("runs_business_key"),
+                "a replay walks the completed runs at {seeded} runs:\n{plan}"
+            );
+        }
     }
 }
 
