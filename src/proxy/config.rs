@@ -77,6 +77,11 @@ pub struct ProxyConfig {
     /// kept.
     #[serde(default = "default_retention")]
     pub retention: Span,
+    /// Memory for the answers of keys this process completed lately, in
+    /// bytes: a retry within minutes is replayed from it, without a
+    /// database read ([`super::recent`]). 0 turns it off.
+    #[serde(default = "default_replay_cache_bytes")]
+    pub replay_cache_bytes: usize,
 }
 
 fn default_store() -> Vec<String> {
@@ -107,6 +112,9 @@ fn default_wait_ms() -> u64 {
 }
 fn default_max_bytes() -> usize {
     1_048_576
+}
+fn default_replay_cache_bytes() -> usize {
+    8 * 1_048_576
 }
 fn default_retention() -> Span {
     Span(86_400_000)

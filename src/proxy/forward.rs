@@ -9,7 +9,7 @@ use super::prepared::Prepared;
 use super::request::Inbound;
 use super::service::{Proxy, Reply};
 use crate::ledger::storage::StoreError;
-use crate::ledger::{OwnerCall, OwnerMove};
+use crate::ledger::{OwnerCall, OwnerMove, PayloadHash};
 use crate::outbox::classify::{classify, Outcome};
 use crate::outbox::egress::EgressUrl;
 use crate::outbox::EffectSpec;
@@ -66,6 +66,8 @@ pub(super) struct Forward<'a> {
     pub(super) proxy: &'a Proxy<'a>,
     pub(super) p: &'a Prepared,
     pub(super) call: OwnerCall,
+    /// The request's fingerprint (the claim's payload hash).
+    pub(super) payload_hash: PayloadHash,
 }
 
 impl Forward<'_> {
@@ -115,11 +117,15 @@ impl Forward<'_> {
         match sent {
             Upstream::Whole(answer) if stores => {
                 let window = self.p.config.retention.0;
+                let began = self.proxy.clock.now_ms();
                 let done = self
                     .proxy
                     .store
                     .complete_with_answer(&self.call, &answer, window);
-                self.record(done).await;
+                if self.record(done).await.is_some() {
+                    let (key, hash) = (self.call.key.as_str(), self.payload_hash.as_str());
+                    self.p.recent.remember(key, hash, &answer, began, window);
+                }
                 Ok(Reply::Fresh(answer))
             }
             Upstream::Partial { status, why } if stores => {
@@ -165,16 +171,23 @@ impl Forward<'_> {
         }
     }
 
-    /// Logs a failed record (the caller still gets its answer).
-    async fn record<T>(&self, write: impl std::future::Future<Output = Result<T, StoreError>>) {
-        if let Err(err) = write.await {
-            tracing::error!(
-                namespace = %self.call.namespace,
-                error = %err,
-                "the proxy could not record a key's outcome; it stays processing and becomes \
-                 unknown when its lease ends"
-            );
-        }
+    /// What was recorded, or `None` and a log line for a failed record
+    /// (the caller still gets its answer).
+    async fn record<T>(
+        &self,
+        write: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Option<T> {
+        write
+            .await
+            .map_err(|err| {
+                tracing::error!(
+                    namespace = %self.call.namespace,
+                    error = %err,
+                    "the proxy could not record a key's outcome; it stays processing and \
+                     becomes unknown when its lease ends"
+                );
+            })
+            .ok()
     }
 }
 

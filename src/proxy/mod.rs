@@ -14,9 +14,11 @@
 //!
 //! The pieces: [`config`] (`[[proxies]]`), [`key`] (the header's syntax
 //! and the scoped ledger key), [`request`] (fingerprint, upstream URL and
-//! headers), [`answer`] (what is kept and replayed), [`service`] (the use
-//! case), [`forward`] (one forward and how it settles the key),
-//! [`resolve`] (the operator's decision on an unknown key).
+//! headers), [`answer`] (what is kept and replayed), [`recent`] (the
+//! answers this process completed lately, replayed from memory),
+//! [`service`] (the use case), [`forward`] (one forward and how it
+//! settles the key), [`resolve`] (the operator's decision on an unknown
+//! key).
 
 pub mod answer;
 pub mod config;
@@ -25,6 +27,7 @@ mod forward;
 pub mod key;
 pub mod port;
 pub mod prepared;
+pub mod recent;
 pub mod request;
 pub mod resolve;
 pub mod service;

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::recent::RecentAnswers;
 use super::ProxyConfig;
 use crate::ledger::Namespace;
 use crate::outbox::sender::TargetRuntime;
@@ -19,6 +20,8 @@ pub struct Prepared {
     pub namespace: Namespace,
     /// Its target's client and limits.
     pub target: Arc<TargetRuntime>,
+    /// The answers of its keys this process completed lately.
+    pub recent: RecentAnswers,
 }
 
 impl Prepared {
@@ -60,6 +63,7 @@ impl Proxies {
             };
             let namespace = Namespace::parse(p.namespace()).map_err(|e| e.to_string())?;
             let prepared = Prepared {
+                recent: RecentAnswers::new(p.replay_cache_bytes),
                 config: p.clone(),
                 namespace,
                 target,

@@ -102,7 +102,7 @@ impl Proxy<'_> {
             claimed_by: caller.subject.clone(),
         };
         self.allowed(p).await?;
-        if let Some(reply) = self.replay_first(&claim).await? {
+        if let Some(reply) = self.replay_first(p, &claim).await? {
             return Ok(reply);
         }
         let deadline = Instant::now() + Duration::from_millis(p.config.wait_ms);
@@ -130,6 +130,7 @@ impl Proxy<'_> {
                         proxy: self,
                         p,
                         call,
+                        payload_hash: claim.payload_hash.clone(),
                     };
                     return forward.run(&req, &url).await;
                 }
@@ -179,15 +180,25 @@ impl Proxy<'_> {
         Ok(permit)
     }
 
-    /// A completed key's replay from one read (its run and the answer
-    /// kept beside it), counted as the duplicate claim it stands for;
+    /// A completed key's replay from this process's recent answers, or
+    /// from one read (its run and the answer kept beside it), counted as the duplicate claim it stands for;
     /// `None`: the claim decides (every other case, and a replay whose
     /// answer the read did not find).
-    async fn replay_first(&self, claim: &ClaimRequest) -> Result<Option<Reply>, ProxyError> {
-        let found = self
-            .store
-            .replay(&claim.namespace, &claim.key, &claim.payload_hash)
-            .await?;
+    async fn replay_first(
+        &self,
+        p: &Prepared,
+        claim: &ClaimRequest,
+    ) -> Result<Option<Reply>, ProxyError> {
+        let (key, hash) = (claim.key.as_str(), claim.payload_hash.as_str());
+        let found = match p.recent.replay(key, hash, self.clock.now_ms()) {
+            Some(answer) => Some(answer),
+            None => {
+                let ns = &claim.namespace;
+                self.store
+                    .replay(ns, &claim.key, &claim.payload_hash)
+                    .await?
+            }
+        };
         Ok(found.map(|answer| {
             self.ledger.replayed(&claim.namespace);
             Reply::Replayed(answer)

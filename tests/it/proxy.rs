@@ -221,7 +221,27 @@ async fn hundred_concurrent_wait_mode_all_get_the_first_answer(backend: Backend)
 }
 
 async fn a_retry_replays_the_stored_answer_byte_for_byte(backend: Backend) {
-    let s = setup(backend, "", "").await;
+    replays_byte_for_byte(backend, Replays::FromMemory).await;
+}
+
+async fn a_retry_replays_the_stored_answer_from_the_database(backend: Backend) {
+    replays_byte_for_byte(backend, Replays::FromTheDatabase).await;
+}
+
+/// Where a retry's answer comes from: the answers this process completed
+/// lately (the default), or the database (`replay_cache_bytes = 0`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Replays {
+    FromMemory,
+    FromTheDatabase,
+}
+
+async fn replays_byte_for_byte(backend: Backend, from: Replays) {
+    let extra = match from {
+        Replays::FromMemory => "",
+        Replays::FromTheDatabase => "replay_cache_bytes = 0",
+    };
+    let s = setup(backend, extra, "").await;
     s.upstream.on_path(
         "/api/leads",
         Behaviour::Respond {
@@ -277,23 +297,33 @@ async fn a_retry_replays_the_stored_answer_byte_for_byte(backend: Backend) {
             && l.ends_with(" 3")),
         "{text}"
     );
-    // Past its window the answer is gone: 409, still never a second forward.
+    // The stored answer's window ends in the database: read from there,
+    // the key answers 409, and is still never forwarded a second time.
     s.app
         .db
         .exec("UPDATE proxy_answers SET expires_at = 0")
         .await;
-    let (status, p) = problem(
-        s.request(&s.a, Some("\"k-9\""), "{\"name\":\"Ada\"}")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(status, 409);
-    assert_eq!(
-        p["type"],
-        "urn:oncegate:problem:idempotency-key-answer-expired"
-    );
+    let after = s
+        .request(&s.a, Some("\"k-9\""), "{\"name\":\"Ada\"}")
+        .send()
+        .await
+        .unwrap();
+    match from {
+        // The answer this process completed is replayed from memory, the
+        // database unread, until its window or ten minutes pass.
+        Replays::FromMemory => {
+            assert_eq!(after.headers()["idempotent-replayed"], "true");
+            assert_eq!(parts(after).await, first);
+        }
+        Replays::FromTheDatabase => {
+            let (status, p) = problem(after).await;
+            assert_eq!(status, 409);
+            assert_eq!(
+                p["type"],
+                "urn:oncegate:problem:idempotency-key-answer-expired"
+            );
+        }
+    }
     let seen = s.upstream.requests();
     assert_eq!(seen.len(), 1, "the retries never reached the upstream");
     let sent = &seen[0];
@@ -618,6 +648,7 @@ on_both_backends!(
     hundred_concurrent_one_forward_others_conflict,
     hundred_concurrent_wait_mode_all_get_the_first_answer,
     a_retry_replays_the_stored_answer_byte_for_byte,
+    a_retry_replays_the_stored_answer_from_the_database,
     another_body_is_422_and_another_caller_is_independent,
     a_late_answer_leaves_the_key_unknown_until_resolved,
     bad_requests_and_unkeepable_answers_store_nothing,
