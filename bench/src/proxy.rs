@@ -210,7 +210,7 @@ async fn phases(
 
 fn show(backend: &str, name: &str, c: usize, r: &Report) {
     eprintln!(
-        "  {backend:8} {name:16} {c:>4} conns: {:>8.0}/s p50 {:.2} ms p99 {:.2} ms",
+        "  {backend:8} {name:18} {c:>4} conns: {:>8.0}/s p50 {:.2} ms p99 {:.2} ms",
         r.throughput(),
         r.ms(0.5),
         r.ms(0.99)
