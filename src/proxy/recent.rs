@@ -82,7 +82,8 @@ impl RecentAnswers {
     /// Remembers at most `bytes` of answers; 0 remembers none.
     pub fn new(bytes: usize) -> Self {
         let cache = (bytes > 0).then(|| {
-            // A guess at the count from a small JSON answer; the bytes bound.
+            // A low guess at the count (4 KiB an entry): the table grows as
+            // it fills, and the bytes bound it.
             let estimated = (bytes / 4_096).clamp(16, 1 << 18);
             Cache::with_weighter(estimated, bytes as u64, Bytes)
         });
