@@ -67,7 +67,7 @@ pub(super) struct Forward<'a> {
     pub(super) p: &'a Prepared,
     pub(super) call: OwnerCall,
     /// The request's fingerprint (the claim's payload hash).
-    pub(super) payload_hash: PayloadHash,
+    pub(super) payload_hash: &'a PayloadHash,
 }
 
 impl Forward<'_> {

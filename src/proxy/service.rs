@@ -130,7 +130,7 @@ impl Proxy<'_> {
                         proxy: self,
                         p,
                         call,
-                        payload_hash: claim.payload_hash.clone(),
+                        payload_hash: &claim.payload_hash,
                     };
                     return forward.run(&req, &url).await;
                 }
@@ -181,9 +181,9 @@ impl Proxy<'_> {
     }
 
     /// A completed key's replay from this process's recent answers, or
-    /// from one read (its run and the answer kept beside it), counted as the duplicate claim it stands for;
-    /// `None`: the claim decides (every other case, and a replay whose
-    /// answer the read did not find).
+    /// from one read (its run and the answer kept beside it), counted as
+    /// the duplicate claim it stands for; `None`: the claim decides (every
+    /// other case, and a replay whose answer the read did not find).
     async fn replay_first(
         &self,
         p: &Prepared,
